@@ -1,0 +1,115 @@
+/* common.h - internal helpers shared by every module: error propagation,
+ * logging, time, parameters. Not installed. */
+#ifndef KT_COMMON_H
+#define KT_COMMON_H
+
+#include "kaitian.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KT_INTERNAL __attribute__((visibility("hidden")))
+#define KT_LIKELY(x) __builtin_expect(!!(x), 1)
+#define KT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define KT_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define KT_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define KT_PRINTF(f, a) __attribute__((format(printf, f, a)))
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* Set this thread's last-error text (printf format) and return r, so that
+ * `return kt__err(KT_ERR_..., "...")` reads naturally. Also logged at INFO
+ * with file:line so that a chain of failures reads like a stack trace. */
+#define kt__err(r, ...) kt__set_error(r, __FILE__, __LINE__, __VA_ARGS__)
+KT_INTERNAL kt_result kt__set_error(kt_result r, const char *file, int line, const char *fmt, ...)
+    KT_PRINTF(4, 5);
+/* Prefix the current last-error text with more context ("allreduce: ..."). */
+KT_INTERNAL void kt__error_prefix(const char *fmt, ...) KT_PRINTF(1, 2);
+KT_INTERNAL void kt__clear_error(void);
+/* Copy the last-error text of this thread. */
+KT_INTERNAL void kt__error_copy(char *dst, size_t cap);
+/* Replace the last-error text verbatim. */
+KT_INTERNAL void kt__error_set_text(const char *text);
+
+/* Propagate a failure: return it (KT_CHECK) or jump to the cleanup label
+ * (KT_CHECK_GOTO, storing the result in res). Each hop logs file:line at TRACE. */
+#define KT_CHECK(call)                                                          \
+  do {                                                                          \
+    kt_result kt__r = (call);                                                   \
+    if (KT_UNLIKELY(kt__r != KT_SUCCESS)) {                                     \
+      KT_TRACE("%s:%d -> %s", __FILE__, __LINE__, kt_strerror(kt__r));          \
+      return kt__r;                                                             \
+    }                                                                           \
+  } while (0)
+#define KT_CHECK_GOTO(call, res, label)                                         \
+  do {                                                                          \
+    (res) = (call);                                                             \
+    if (KT_UNLIKELY((res) != KT_SUCCESS)) {                                     \
+      KT_TRACE("%s:%d -> %s", __FILE__, __LINE__, kt_strerror(res));            \
+      goto label;                                                               \
+    }                                                                           \
+  } while (0)
+
+/* Retry a system call on EINTR. */
+#define KT_SYSCALL_RETRY(ret, call)                                             \
+  do {                                                                          \
+    (ret) = (call);                                                             \
+  } while ((ret) == -1 && errno == EINTR)
+
+/* ---- logging ----------------------------------------------------------- */
+
+enum { KT_LOG_NONE = 0, KT_LOG_WARN = 1, KT_LOG_INFO = 2, KT_LOG_TRACE = 3 };
+extern KT_INTERNAL int kt__log_level; /* set once by kt__log_init() */
+KT_INTERNAL void kt__log_init(void);
+KT_INTERNAL void kt__log(int level, const char *file, int line, const char *fmt, ...)
+    KT_PRINTF(4, 5);
+/* Rank shown in log lines of this process (last communicator created). */
+KT_INTERNAL void kt__log_set_rank(int rank);
+
+#define KT_LOG_AT(lvl, ...)                                                     \
+  do {                                                                          \
+    if (KT_UNLIKELY(kt__log_level >= (lvl))) kt__log((lvl), __FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
+#define KT_WARN(...) KT_LOG_AT(KT_LOG_WARN, __VA_ARGS__)
+#define KT_INFO(...) KT_LOG_AT(KT_LOG_INFO, __VA_ARGS__)
+#ifdef KT_ENABLE_TRACE
+#define KT_TRACE(...) KT_LOG_AT(KT_LOG_TRACE, __VA_ARGS__)
+#else
+#define KT_TRACE(...) do { } while (0)
+#endif
+
+/* ---- parameters (src/core/params.def) ---------------------------------- */
+
+#define KT_PARAM_TYPE_INT int64_t
+#define KT_PARAM_TYPE_STR const char *
+#define KT_PARAM_TYPE_BOOL bool
+#define KT_PARAM(name, type, def, help) KT_INTERNAL KT_PARAM_TYPE_##type kt__param_##name(void);
+#include "params.def"
+#undef KT_PARAM
+
+/* Describe every parameter: calls fn once per entry with the current value. */
+typedef void (*kt__param_visit_fn)(const char *name, const char *type, const char *def,
+                                   const char *value, const char *help, void *arg);
+KT_INTERNAL void kt__param_visit(kt__param_visit_fn fn, void *arg);
+
+/* ---- time -------------------------------------------------------------- */
+
+KT_INTERNAL int64_t kt__now_ns(void);
+static inline int64_t kt__now_ms(void) { return kt__now_ns() / 1000000; }
+
+/* ---- misc -------------------------------------------------------------- */
+
+/* n * size without overflow; false on overflow. */
+static inline bool kt__mul_ok(size_t n, size_t size, size_t *out) {
+  return !__builtin_mul_overflow(n, size, out);
+}
+KT_INTERNAL void *kt__malloc(size_t n);          /* NULL on failure, sets error */
+KT_INTERNAL void *kt__calloc(size_t n, size_t s); /* NULL on failure, sets error */
+/* Full write/read of a blocking fd, retrying EINTR and short transfers. */
+KT_INTERNAL int kt__write_full(int fd, const void *buf, size_t len);
+KT_INTERNAL int kt__read_full(int fd, void *buf, size_t len);
+
+#endif /* KT_COMMON_H */
