@@ -1,0 +1,55 @@
+/* coll.h - collective algorithms and their selection.
+ *
+ * Every algorithm has the same signature: it runs ex->op on ex->comm and
+ * returns a kt_result. Each lives in its own file, opened by a comment giving
+ * the algorithm, its restrictions and its cost. tuner.c decides which runs. */
+#ifndef KT_COLL_H
+#define KT_COLL_H
+
+#include "comm.h"
+#include "transport/transport.h"
+
+typedef kt_result (*kt__algo_fn)(kt__exec *ex);
+
+/* Algorithms (src/coll/<coll>_<name>.c). */
+KT_INTERNAL kt_result kt__allreduce_ring(kt__exec *ex);
+KT_INTERNAL kt_result kt__allreduce_recursive_doubling(kt__exec *ex);
+KT_INTERNAL kt_result kt__broadcast_binomial(kt__exec *ex);
+KT_INTERNAL kt_result kt__broadcast_pipeline(kt__exec *ex);
+KT_INTERNAL kt_result kt__reduce_binomial(kt__exec *ex);
+KT_INTERNAL kt_result kt__allgatherv_ring(kt__exec *ex);   /* allgather too */
+KT_INTERNAL kt_result kt__reduce_scatter_ring(kt__exec *ex);
+KT_INTERNAL kt_result kt__gather_linear(kt__exec *ex);
+KT_INTERNAL kt_result kt__scatter_linear(kt__exec *ex);
+KT_INTERNAL kt_result kt__alltoallv_pairwise(kt__exec *ex); /* alltoall too */
+KT_INTERNAL kt_result kt__barrier_dissemination(kt__exec *ex);
+KT_INTERNAL kt_result kt__p2p(kt__exec *ex);                /* send, recv, sendrecv */
+
+/* Pick the algorithm for op (tuner.c). *name receives its name for logs. */
+KT_INTERNAL kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, const char **name);
+
+/* Ring steps shared by allreduce, reduce_scatter and allgather (ring.c).
+ * Block b of the data is len[b] bytes; at step k this rank sends block
+ * (start - k) mod p to the next rank and receives block (start - k - 1) mod p
+ * from the previous one. The first rs_steps steps reduce what arrives into
+ * work[b] = in[b] OP received (through tmp); the rest copy it into work[b].
+ * What step k receives is what step k + 1 sends, streamed chunk by chunk as it
+ * is reduced, so network and reduction overlap. Step 0 sends from in[start].
+ * tmp holds the largest block (may be NULL when rs_steps is 0). */
+typedef struct kt__ring {
+  int start;
+  int rs_steps, ag_steps;
+  const char *const *in;
+  char *const *work;
+  const size_t *len;
+  char *tmp;
+  uint32_t tag_base;
+} kt__ring;
+KT_INTERNAL kt_result kt__ring_run(kt__exec *ex, const kt__ring *rg);
+
+/* Bytes per pipelining chunk for dtype (a multiple of the element size). */
+KT_INTERNAL size_t kt__chunk_bytes(kt_dtype dt);
+
+static inline int kt__mod(int a, int p) { return ((a % p) + p) % p; }
+
+#endif /* KT_COLL_H */

@@ -1,0 +1,134 @@
+/* tuner.c - which algorithm runs a collective.
+ *
+ * A small cost model in the alpha-beta style (latency per message + bytes /
+ * bandwidth) picks among the algorithms a collective has; KAITIAN_ALGO forces
+ * one ("ring", "allreduce=recursive_doubling,broadcast=pipeline"). A forced
+ * name the collective does not have is reported once and ignored. */
+#include "coll.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct algo {
+  kt__coll coll;
+  const char *name;
+  kt__algo_fn fn;
+} algo;
+
+static const algo algos[] = {
+    {KT_COLL_ALLREDUCE, "ring", kt__allreduce_ring},
+    {KT_COLL_ALLREDUCE, "recursive_doubling", kt__allreduce_recursive_doubling},
+    {KT_COLL_BROADCAST, "binomial", kt__broadcast_binomial},
+    {KT_COLL_BROADCAST, "pipeline", kt__broadcast_pipeline},
+    {KT_COLL_REDUCE, "binomial", kt__reduce_binomial},
+    {KT_COLL_ALLGATHER, "ring", kt__allgatherv_ring},
+    {KT_COLL_ALLGATHERV, "ring", kt__allgatherv_ring},
+    {KT_COLL_REDUCE_SCATTER, "ring", kt__reduce_scatter_ring},
+    {KT_COLL_GATHER, "linear", kt__gather_linear},
+    {KT_COLL_SCATTER, "linear", kt__scatter_linear},
+    {KT_COLL_ALLTOALL, "pairwise", kt__alltoallv_pairwise},
+    {KT_COLL_ALLTOALLV, "pairwise", kt__alltoallv_pairwise},
+    {KT_COLL_BARRIER, "dissemination", kt__barrier_dissemination},
+    {KT_COLL_SEND, "direct", kt__p2p},
+    {KT_COLL_RECV, "direct", kt__p2p},
+    {KT_COLL_SENDRECV, "direct", kt__p2p},
+};
+#define NALGOS (sizeof algos / sizeof algos[0])
+
+/* Forced algorithm per collective (index into algos, -1 = tuner). */
+static int forced[KT_COLL_COUNT];
+static pthread_once_t forced_once = PTHREAD_ONCE_INIT;
+
+static int find_algo(kt__coll coll, const char *name) {
+  for (size_t i = 0; i < NALGOS; i++)
+    if (algos[i].coll == coll && strcmp(algos[i].name, name) == 0) return (int)i;
+  return -1;
+}
+
+static void parse_forced(void) {
+  for (int i = 0; i < KT_COLL_COUNT; i++) forced[i] = -1;
+  char spec[512];
+  snprintf(spec, sizeof spec, "%s", kt__param_ALGO());
+  char *save = NULL;
+  for (char *tok = strtok_r(spec, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+    char *eq = strchr(tok, '=');
+    bool used = false;
+    for (int cl = 0; cl < KT_COLL_COUNT; cl++) {
+      const char *name = tok;
+      if (eq) {
+        *eq = '\0';
+        bool match = strcmp(tok, kt__coll_name((kt__coll)cl)) == 0;
+        *eq = '=';
+        if (!match) continue;
+        name = eq + 1;
+      }
+      int a = find_algo((kt__coll)cl, name);
+      if (a >= 0) {
+        forced[cl] = a;
+        used = true;
+      }
+    }
+    if (!used) KT_WARN("KAITIAN_ALGO: '%s' names no algorithm of any collective; ignored", tok);
+  }
+}
+
+/* Model constants for TCP: per-message latency and per-byte time. */
+#define ALPHA_US 20.0
+#define BETA_US_PER_BYTE (1.0 / 2000.0) /* ~2 GB/s */
+
+static int ceil_log2(int p) {
+  int l = 0;
+  while ((1 << l) < p) l++;
+  return l;
+}
+
+static const char *model_pick(struct kt_comm_s *c, const kt__op *op) {
+  double p = c->size, n = (double)op->count * (double)kt_dtype_size(op->dtype);
+  double lg = ceil_log2(c->size);
+  switch (op->coll) {
+    case KT_COLL_ALLREDUCE: {
+      double chunk = (double)kt__chunk_bytes(op->dtype);
+      double ring = 2 * (p - 1) * ALPHA_US * (1 + n / p / chunk / 8) + 2 * (p - 1) / p * n * BETA_US_PER_BYTE;
+      bool pof2 = (c->size & (c->size - 1)) == 0;
+      double rd = (lg + (pof2 ? 0 : 2)) * (ALPHA_US + n * BETA_US_PER_BYTE);
+      if ((double)op->count < p) return "recursive_doubling";
+      return (rd <= ring || n <= (double)kt__param_SMALL_BYTES()) ? "recursive_doubling" : "ring";
+    }
+    case KT_COLL_BROADCAST: {
+      double chunk = (double)kt__chunk_bytes(op->dtype);
+      double binom = lg * (ALPHA_US + n * BETA_US_PER_BYTE);
+      double pipe = (p - 2 + n / chunk) * (ALPHA_US / 4 + chunk * BETA_US_PER_BYTE) + ALPHA_US;
+      return binom <= pipe ? "binomial" : "pipeline";
+    }
+    default:
+      return NULL; /* one algorithm */
+  }
+}
+
+kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, const char **name) {
+  pthread_once(&forced_once, parse_forced);
+  int a = forced[op->coll];
+  if (a < 0) {
+    const char *pick = model_pick(c, op);
+    for (size_t i = 0; i < NALGOS && a < 0; i++)
+      if (algos[i].coll == op->coll && (!pick || strcmp(algos[i].name, pick) == 0)) a = (int)i;
+  }
+  if (a < 0) return NULL;
+  *name = algos[a].name;
+  return algos[a].fn;
+}
+
+kt_result kt__execute(struct kt_comm_s *c, const kt__op *op) {
+  const char *name = "?";
+  kt__algo_fn fn = kt__tune(c, op, &name);
+  if (!fn) return kt__err(KT_ERR_INTERNAL, "no algorithm for %s", kt__coll_name(op->coll));
+  KT_TRACE("rank %d: op #%llu %s count %zu %s -> %s", c->rank, (unsigned long long)op->seq,
+           kt__coll_name(op->coll), op->count, kt_dtype_name(op->dtype), name);
+  kt__exec ex = {.comm = c, .op = op, .deadline_ns = kt__now_ns() + c->timeout_ms * 1000000};
+  kt_result r = fn(&ex);
+  if (r != KT_SUCCESS)
+    kt__error_prefix("rank %d: %s #%llu (%s, count %zu, %s): ", c->rank, kt__coll_name(op->coll),
+                     (unsigned long long)op->seq, name, op->count, kt_dtype_name(op->dtype));
+  return r;
+}

@@ -1,0 +1,372 @@
+/* api.c - the public collective entry points: check every argument (an
+ * invalid call returns an error naming the rank and the problem, and has no
+ * side effect), describe the op, and issue it in order. */
+#include "comm.h"
+
+#include "reduce/reduce.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The rank shown when no communicator is at hand. */
+#define NO_COMM_RANK "rank ?"
+
+static kt_result check_comm(kt_comm c, const char *fn) {
+  if (!c) return kt__err(KT_ERR_INVALID_ARGUMENT, NO_COMM_RANK ": %s: comm is NULL", fn);
+  return KT_SUCCESS;
+}
+
+static kt_result check_dtype(kt_comm c, const char *fn, kt_dtype dt) {
+  if ((unsigned)dt >= KT_NUM_DTYPES)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown dtype %d", c->rank, fn, (int)dt);
+  return KT_SUCCESS;
+}
+
+static kt_result check_op(kt_comm c, const char *fn, kt_dtype dt, kt_op op) {
+  if ((unsigned)op >= KT_NUM_OPS)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown reduction op %d", c->rank, fn, (int)op);
+  if (!kt__op_valid(dt, op))
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: op %s does not apply to dtype %s", c->rank,
+                   fn, kt_op_name(op), kt_dtype_name(dt));
+  return KT_SUCCESS;
+}
+
+/* count elements (times mult) of dt must fit in size_t, and buf may be NULL
+ * only when there is nothing to touch. */
+static kt_result check_buf(kt_comm c, const char *fn, const char *what, const void *buf,
+                           size_t count, size_t mult, kt_dtype dt) {
+  size_t n, bytes;
+  if (!kt__mul_ok(count, mult, &n) || !kt__mul_ok(n, kt_dtype_size(dt), &bytes) ||
+      bytes > (size_t)PTRDIFF_MAX)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s: count %zu x %zu of %s overflows", c->rank,
+                   fn, what, count, mult, kt_dtype_name(dt));
+  if (!buf && bytes > 0)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s is NULL but holds %zu bytes", c->rank, fn,
+                   what, bytes);
+  return KT_SUCCESS;
+}
+
+static kt_result check_rank(kt_comm c, const char *fn, const char *what, int r) {
+  if (r < 0 || r >= c->size)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s %d is out of range [0, %d)", c->rank, fn,
+                   what, r, c->size);
+  return KT_SUCCESS;
+}
+
+static kt_result check_req(kt_comm c, const char *fn, bool nonblocking, kt_request *req) {
+  if (nonblocking && !req)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: request pointer is NULL", c->rank, fn);
+  return KT_SUCCESS;
+}
+
+static kt_result issue(kt_comm c, kt__op *op, kt_request *req) { return kt__issue(c, op, req); }
+
+#define BEGIN(fn, nb)                              \
+  kt__clear_error();                               \
+  KT_CHECK(check_comm(comm, fn));                  \
+  KT_CHECK(check_req(comm, fn, nb, req))
+
+/* ---- allreduce ---------------------------------------------------------- */
+
+static kt_result allreduce(const void *sb, void *rb, size_t count, kt_dtype dt, kt_op op, kt_comm comm,
+                           kt_request *req, bool nb) {
+  const char *fn = nb ? "kt_iallreduce" : "kt_allreduce";
+  BEGIN(fn, nb);
+  KT_CHECK(check_dtype(comm, fn, dt));
+  KT_CHECK(check_op(comm, fn, dt, op));
+  KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
+  KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
+  kt__op o = {.coll = KT_COLL_ALLREDUCE, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt, .op = op};
+  return issue(comm, &o, req);
+}
+kt_result kt_allreduce(const void *sb, void *rb, size_t n, kt_dtype dt, kt_op op, kt_comm comm) {
+  return allreduce(sb, rb, n, dt, op, comm, NULL, false);
+}
+kt_result kt_iallreduce(const void *sb, void *rb, size_t n, kt_dtype dt, kt_op op, kt_comm comm, kt_request *req) {
+  return allreduce(sb, rb, n, dt, op, comm, req, true);
+}
+
+/* ---- broadcast ---------------------------------------------------------- */
+
+static kt_result broadcast(const void *sb, void *rb, size_t count, kt_dtype dt, int root, kt_comm comm,
+                           kt_request *req, bool nb) {
+  const char *fn = nb ? "kt_ibroadcast" : "kt_broadcast";
+  BEGIN(fn, nb);
+  KT_CHECK(check_dtype(comm, fn, dt));
+  KT_CHECK(check_rank(comm, fn, "root", root));
+  if (comm->rank == root) KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
+  KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
+  kt__op o = {.coll = KT_COLL_BROADCAST, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt, .root = root};
+  return issue(comm, &o, req);
+}
+kt_result kt_broadcast(const void *sb, void *rb, size_t n, kt_dtype dt, int root, kt_comm comm) {
+  return broadcast(sb, rb, n, dt, root, comm, NULL, false);
+}
+kt_result kt_ibroadcast(const void *sb, void *rb, size_t n, kt_dtype dt, int root, kt_comm comm, kt_request *req) {
+  return broadcast(sb, rb, n, dt, root, comm, req, true);
+}
+
+/* ---- reduce ------------------------------------------------------------- */
+
+static kt_result reduce(const void *sb, void *rb, size_t count, kt_dtype dt, kt_op op, int root,
+                        kt_comm comm, kt_request *req, bool nb) {
+  const char *fn = nb ? "kt_ireduce" : "kt_reduce";
+  BEGIN(fn, nb);
+  KT_CHECK(check_dtype(comm, fn, dt));
+  KT_CHECK(check_op(comm, fn, dt, op));
+  KT_CHECK(check_rank(comm, fn, "root", root));
+  KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
+  if (comm->rank == root) KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
+  kt__op o = {.coll = KT_COLL_REDUCE, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt, .op = op, .root = root};
+  return issue(comm, &o, req);
+}
+kt_result kt_reduce(const void *sb, void *rb, size_t n, kt_dtype dt, kt_op op, int root, kt_comm comm) {
+  return reduce(sb, rb, n, dt, op, root, comm, NULL, false);
+}
+kt_result kt_ireduce(const void *sb, void *rb, size_t n, kt_dtype dt, kt_op op, int root, kt_comm comm,
+                     kt_request *req) {
+  return reduce(sb, rb, n, dt, op, root, comm, req, true);
+}
+
+/* ---- allgather ---------------------------------------------------------- */
+
+static kt_result allgather(const void *sb, void *rb, size_t count, kt_dtype dt, kt_comm comm,
+                           kt_request *req, bool nb) {
+  const char *fn = nb ? "kt_iallgather" : "kt_allgather";
+  BEGIN(fn, nb);
+  KT_CHECK(check_dtype(comm, fn, dt));
+  KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
+  KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, (size_t)comm->size, dt));
+  kt__op o = {.coll = KT_COLL_ALLGATHER, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt};
+  return issue(comm, &o, req);
+}
+kt_result kt_allgather(const void *sb, void *rb, size_t n, kt_dtype dt, kt_comm comm) {
+  return allgather(sb, rb, n, dt, comm, NULL, false);
+}
+kt_result kt_iallgather(const void *sb, void *rb, size_t n, kt_dtype dt, kt_comm comm, kt_request *req) {
+  return allgather(sb, rb, n, dt, comm, req, true);
+}
+
+/* Copy a per-rank array; every count + displ must stay addressable. */
+static kt_result copy_counts(kt_comm c, const char *fn, const char *what, const size_t *counts,
+                             const size_t *displs, kt_dtype dt, const void *buf, size_t **oc,
+                             size_t **od) {
+  size_t p = (size_t)c->size, es = kt_dtype_size(dt);
+  if (!counts || !displs)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s counts or displacements are NULL", c->rank, fn, what);
+  bool any = false;
+  for (size_t i = 0; i < p; i++) {
+    size_t end, bytes;
+    if (__builtin_add_overflow(counts[i], displs[i], &end) || !kt__mul_ok(end, es, &bytes) ||
+        bytes > (size_t)PTRDIFF_MAX)
+      return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s count %zu + displacement %zu for rank %zu overflows",
+                     c->rank, fn, what, counts[i], displs[i], i);
+    any |= counts[i] > 0;
+  }
+  if (any && !buf)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s buffer is NULL but counts are not all 0", c->rank, fn, what);
+  *oc = malloc(p * sizeof(size_t)); /* freed with the op */
+  *od = malloc(p * sizeof(size_t));
+  if (!*oc || !*od) {
+    free(*oc);
+    free(*od);
+    *oc = *od = NULL;
+    return kt__err(KT_ERR_NO_MEMORY, "rank %d: %s: out of memory", c->rank, fn);
+  }
+  memcpy(*oc, counts, p * sizeof(size_t));
+  memcpy(*od, displs, p * sizeof(size_t));
+  return KT_SUCCESS;
+}
+
+static kt_result allgatherv(const void *sb, size_t sendcount, void *rb, const size_t *recvcounts,
+                            const size_t *displs, kt_dtype dt, kt_comm comm, kt_request *req, bool nb) {
+  const char *fn = nb ? "kt_iallgatherv" : "kt_allgatherv";
+  BEGIN(fn, nb);
+  KT_CHECK(check_dtype(comm, fn, dt));
+  KT_CHECK(check_buf(comm, fn, "sendbuf", sb, sendcount, 1, dt));
+  kt__op o = {.coll = KT_COLL_ALLGATHERV, .sendbuf = sb, .recvbuf = rb, .count = sendcount, .dtype = dt};
+  KT_CHECK(copy_counts(comm, fn, "receive", recvcounts, displs, dt, rb, &o.counts, &o.displs));
+  if (o.counts[comm->rank] != sendcount) {
+    size_t want = o.counts[comm->rank];
+    free(o.counts);
+    free(o.displs);
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: sendcount %zu differs from recvcounts[%d] = %zu",
+                   comm->rank, fn, sendcount, comm->rank, want);
+  }
+  return issue(comm, &o, req);
+}
+kt_result kt_allgatherv(const void *sb, size_t sc, void *rb, const size_t *rc, const size_t *d, kt_dtype dt,
+                        kt_comm comm) {
+  return allgatherv(sb, sc, rb, rc, d, dt, comm, NULL, false);
+}
+kt_result kt_iallgatherv(const void *sb, size_t sc, void *rb, const size_t *rc, const size_t *d, kt_dtype dt,
+                         kt_comm comm, kt_request *req) {
+  return allgatherv(sb, sc, rb, rc, d, dt, comm, req, true);
+}
+
+/* ---- reduce_scatter ----------------------------------------------------- */
+
+static kt_result reduce_scatter(const void *sb, void *rb, size_t count, kt_dtype dt, kt_op op,
+                                kt_comm comm, kt_request *req, bool nb) {
+  const char *fn = nb ? "kt_ireduce_scatter" : "kt_reduce_scatter";
+  BEGIN(fn, nb);
+  KT_CHECK(check_dtype(comm, fn, dt));
+  KT_CHECK(check_op(comm, fn, dt, op));
+  KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, (size_t)comm->size, dt));
+  KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
+  kt__op o = {.coll = KT_COLL_REDUCE_SCATTER, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt, .op = op};
+  return issue(comm, &o, req);
+}
+kt_result kt_reduce_scatter(const void *sb, void *rb, size_t n, kt_dtype dt, kt_op op, kt_comm comm) {
+  return reduce_scatter(sb, rb, n, dt, op, comm, NULL, false);
+}
+kt_result kt_ireduce_scatter(const void *sb, void *rb, size_t n, kt_dtype dt, kt_op op, kt_comm comm,
+                             kt_request *req) {
+  return reduce_scatter(sb, rb, n, dt, op, comm, req, true);
+}
+
+/* ---- gather / scatter --------------------------------------------------- */
+
+static kt_result gather(const void *sb, void *rb, size_t count, kt_dtype dt, int root, kt_comm comm,
+                        kt_request *req, bool nb) {
+  const char *fn = nb ? "kt_igather" : "kt_gather";
+  BEGIN(fn, nb);
+  KT_CHECK(check_dtype(comm, fn, dt));
+  KT_CHECK(check_rank(comm, fn, "root", root));
+  KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
+  if (comm->rank == root) KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, (size_t)comm->size, dt));
+  kt__op o = {.coll = KT_COLL_GATHER, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt, .root = root};
+  return issue(comm, &o, req);
+}
+kt_result kt_gather(const void *sb, void *rb, size_t n, kt_dtype dt, int root, kt_comm comm) {
+  return gather(sb, rb, n, dt, root, comm, NULL, false);
+}
+kt_result kt_igather(const void *sb, void *rb, size_t n, kt_dtype dt, int root, kt_comm comm, kt_request *req) {
+  return gather(sb, rb, n, dt, root, comm, req, true);
+}
+
+static kt_result scatter(const void *sb, void *rb, size_t count, kt_dtype dt, int root, kt_comm comm,
+                         kt_request *req, bool nb) {
+  const char *fn = nb ? "kt_iscatter" : "kt_scatter";
+  BEGIN(fn, nb);
+  KT_CHECK(check_dtype(comm, fn, dt));
+  KT_CHECK(check_rank(comm, fn, "root", root));
+  if (comm->rank == root) KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, (size_t)comm->size, dt));
+  KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
+  kt__op o = {.coll = KT_COLL_SCATTER, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt, .root = root};
+  return issue(comm, &o, req);
+}
+kt_result kt_scatter(const void *sb, void *rb, size_t n, kt_dtype dt, int root, kt_comm comm) {
+  return scatter(sb, rb, n, dt, root, comm, NULL, false);
+}
+kt_result kt_iscatter(const void *sb, void *rb, size_t n, kt_dtype dt, int root, kt_comm comm, kt_request *req) {
+  return scatter(sb, rb, n, dt, root, comm, req, true);
+}
+
+/* ---- alltoall(v) -------------------------------------------------------- */
+
+static kt_result alltoall(const void *sb, void *rb, size_t count, kt_dtype dt, kt_comm comm,
+                          kt_request *req, bool nb) {
+  const char *fn = nb ? "kt_ialltoall" : "kt_alltoall";
+  BEGIN(fn, nb);
+  KT_CHECK(check_dtype(comm, fn, dt));
+  KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, (size_t)comm->size, dt));
+  KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, (size_t)comm->size, dt));
+  kt__op o = {.coll = KT_COLL_ALLTOALL, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt};
+  return issue(comm, &o, req);
+}
+kt_result kt_alltoall(const void *sb, void *rb, size_t n, kt_dtype dt, kt_comm comm) {
+  return alltoall(sb, rb, n, dt, comm, NULL, false);
+}
+kt_result kt_ialltoall(const void *sb, void *rb, size_t n, kt_dtype dt, kt_comm comm, kt_request *req) {
+  return alltoall(sb, rb, n, dt, comm, req, true);
+}
+
+static kt_result alltoallv(const void *sb, const size_t *sc, const size_t *sd, void *rb, const size_t *rc,
+                           const size_t *rd, kt_dtype dt, kt_comm comm, kt_request *req, bool nb) {
+  const char *fn = nb ? "kt_ialltoallv" : "kt_alltoallv";
+  BEGIN(fn, nb);
+  KT_CHECK(check_dtype(comm, fn, dt));
+  kt__op o = {.coll = KT_COLL_ALLTOALLV, .sendbuf = sb, .recvbuf = rb, .dtype = dt};
+  KT_CHECK(copy_counts(comm, fn, "send", sc, sd, dt, sb, &o.counts, &o.displs));
+  kt_result r = copy_counts(comm, fn, "receive", rc, rd, dt, rb, &o.counts2, &o.displs2);
+  if (r == KT_SUCCESS && sb && sb == rb) {
+    r = kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: in-place alltoallv is not supported (sendbuf == recvbuf)",
+                comm->rank, fn);
+  }
+  if (r != KT_SUCCESS) {
+    free(o.counts);
+    free(o.displs);
+    free(o.counts2);
+    free(o.displs2);
+    return r;
+  }
+  return issue(comm, &o, req);
+}
+kt_result kt_alltoallv(const void *sb, const size_t *sc, const size_t *sd, void *rb, const size_t *rc,
+                       const size_t *rd, kt_dtype dt, kt_comm comm) {
+  return alltoallv(sb, sc, sd, rb, rc, rd, dt, comm, NULL, false);
+}
+kt_result kt_ialltoallv(const void *sb, const size_t *sc, const size_t *sd, void *rb, const size_t *rc,
+                        const size_t *rd, kt_dtype dt, kt_comm comm, kt_request *req) {
+  return alltoallv(sb, sc, sd, rb, rc, rd, dt, comm, req, true);
+}
+
+/* ---- barrier ------------------------------------------------------------ */
+
+static kt_result barrier(kt_comm comm, kt_request *req, bool nb) {
+  const char *fn = nb ? "kt_ibarrier" : "kt_barrier";
+  BEGIN(fn, nb);
+  kt__op o = {.coll = KT_COLL_BARRIER, .dtype = KT_UINT8};
+  return issue(comm, &o, req);
+}
+kt_result kt_barrier(kt_comm comm) { return barrier(comm, NULL, false); }
+kt_result kt_ibarrier(kt_comm comm, kt_request *req) { return barrier(comm, req, true); }
+
+/* ---- point to point ----------------------------------------------------- */
+
+static kt_result p2p(kt__coll coll, const void *sbuf, void *rbuf, size_t count, kt_dtype dt, int peer,
+                     int tag, kt_comm comm, kt_request *req, bool nb) {
+  const char *fn = coll == KT_COLL_SEND ? (nb ? "kt_isend" : "kt_send") : (nb ? "kt_irecv" : "kt_recv");
+  BEGIN(fn, nb);
+  KT_CHECK(check_dtype(comm, fn, dt));
+  KT_CHECK(check_rank(comm, fn, "peer", peer));
+  if (peer == comm->rank)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: peer is this rank (use a local copy)", comm->rank, fn);
+  if (tag < 0) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: tag %d is negative", comm->rank, fn, tag);
+  KT_CHECK(check_buf(comm, fn, "buf", coll == KT_COLL_SEND ? sbuf : rbuf, count, 1, dt));
+  kt__op o = {.coll = coll, .sendbuf = sbuf, .recvbuf = rbuf, .count = count, .dtype = dt, .root = peer, .tag = tag};
+  return issue(comm, &o, req);
+}
+kt_result kt_send(const void *buf, size_t n, kt_dtype dt, int peer, int tag, kt_comm comm) {
+  return p2p(KT_COLL_SEND, buf, NULL, n, dt, peer, tag, comm, NULL, false);
+}
+kt_result kt_isend(const void *buf, size_t n, kt_dtype dt, int peer, int tag, kt_comm comm, kt_request *req) {
+  return p2p(KT_COLL_SEND, buf, NULL, n, dt, peer, tag, comm, req, true);
+}
+kt_result kt_recv(void *buf, size_t n, kt_dtype dt, int peer, int tag, kt_comm comm) {
+  return p2p(KT_COLL_RECV, NULL, buf, n, dt, peer, tag, comm, NULL, false);
+}
+kt_result kt_irecv(void *buf, size_t n, kt_dtype dt, int peer, int tag, kt_comm comm, kt_request *req) {
+  return p2p(KT_COLL_RECV, NULL, buf, n, dt, peer, tag, comm, req, true);
+}
+
+kt_result kt_sendrecv(const void *sb, size_t sc, int dst, void *rb, size_t rc, int src, kt_dtype dt, int tag,
+                      kt_comm comm) {
+  const char *fn = "kt_sendrecv";
+  kt_request *req = NULL;
+  BEGIN(fn, false);
+  KT_CHECK(check_dtype(comm, fn, dt));
+  KT_CHECK(check_rank(comm, fn, "dst", dst));
+  KT_CHECK(check_rank(comm, fn, "src", src));
+  if (tag < 0) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: tag %d is negative", comm->rank, fn, tag);
+  if ((dst == comm->rank) != (src == comm->rank))
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: dst %d and src %d must both or neither be this rank",
+                   comm->rank, fn, dst, src);
+  KT_CHECK(check_buf(comm, fn, "sendbuf", sb, sc, 1, dt));
+  KT_CHECK(check_buf(comm, fn, "recvbuf", rb, rc, 1, dt));
+  kt__op o = {.coll = KT_COLL_SENDRECV, .sendbuf = sb, .recvbuf = rb, .count = sc, .count2 = rc, .dtype = dt,
+              .root = dst, .peer2 = src, .tag = tag};
+  return issue(comm, &o, req);
+}

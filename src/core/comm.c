@@ -1,0 +1,310 @@
+/* comm.c - communicator life cycle: init (from a store or the launcher's
+ * environment), split, destroy, abort, and the error state. */
+#include "comm.h"
+
+#include "store/store.h"
+#include "transport/tcp.h"
+#include "transport/transport.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+static const char *const coll_names[KT_COLL_COUNT] = {
+#define KT_X(name, str) str,
+    KT_COLL_LIST(KT_X)
+#undef KT_X
+};
+
+const char *kt__coll_name(kt__coll c) { return (unsigned)c < KT_COLL_COUNT ? coll_names[c] : "unknown"; }
+
+const char *kt__peer_desc(struct kt_comm_s *c, int r, char *buf, size_t cap) {
+  if (c->peer_host && r >= 0 && r < c->size && c->peer_pid[r] > 0)
+    snprintf(buf, cap, "rank %d (%s pid %d)", r, c->peer_host[r], c->peer_pid[r]);
+  else
+    snprintf(buf, cap, "rank %d", r);
+  return buf;
+}
+
+void *kt__scratch(struct kt_comm_s *c, size_t n) {
+  if (n <= c->scratch_cap) return c->scratch;
+  void *p = realloc(c->scratch, n);
+  if (!p) {
+    kt__err(KT_ERR_NO_MEMORY, "rank %d: cannot allocate %zu bytes of scratch", c->rank, n);
+    return NULL;
+  }
+  c->scratch = p;
+  c->scratch_cap = n;
+  return p;
+}
+
+void kt__comm_fail(struct kt_comm_s *c, kt_result r) {
+  char msg[sizeof c->broken_msg];
+  kt__error_copy(msg, sizeof msg);
+  pthread_mutex_lock(&c->mu);
+  bool first = atomic_load(&c->broken) == 0;
+  if (first) {
+    snprintf(c->broken_msg, sizeof c->broken_msg, "%s", msg);
+    atomic_store(&c->broken, (int)r);
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (first) {
+    KT_WARN("communicator of rank %d/%d failed: %s: %s", c->rank, c->size, kt_strerror(r), msg);
+    char why[1100];
+    snprintf(why, sizeof why, "[rank %d] %s", c->rank, msg);
+    kt__tcp_broadcast_abort(c, why);
+  }
+}
+
+/* Allocate a communicator shell: everything but the transport. */
+static kt_result comm_alloc(int rank, int size, int64_t timeout_ms, const char *prefix,
+                            struct kt_comm_s **out) {
+  struct kt_comm_s *c = kt__calloc(1, sizeof *c);
+  if (!c) return KT_ERR_NO_MEMORY;
+  c->rank = rank;
+  c->size = size;
+  c->timeout_ms = timeout_ms > 0 ? timeout_ms : kt__param_TIMEOUT();
+  snprintf(c->prefix, sizeof c->prefix, "%s", prefix);
+  c->abort_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  c->peer_host = kt__calloc((size_t)size, sizeof *c->peer_host);
+  c->peer_pid = kt__calloc((size_t)size, sizeof *c->peer_pid);
+  if (c->abort_fd < 0 || !c->peer_host || !c->peer_pid) {
+    kt_result r = c->abort_fd < 0 ? kt__err(KT_ERR_SYSTEM, "eventfd: %s", strerror(errno))
+                                  : KT_ERR_NO_MEMORY;
+    if (c->abort_fd >= 0) close(c->abort_fd);
+    free(c->peer_host);
+    free(c->peer_pid);
+    free(c);
+    return r;
+  }
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  gethostname(c->peer_host[rank], sizeof c->peer_host[rank]);
+  c->peer_host[rank][sizeof c->peer_host[rank] - 1] = '\0';
+  c->peer_pid[rank] = (int)getpid();
+  *out = c;
+  return KT_SUCCESS;
+}
+
+static void comm_free(struct kt_comm_s *c) {
+  kt__tcp_close(c, false);
+  if (c->abort_fd >= 0) close(c->abort_fd);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  free(c->peer_host);
+  free(c->peer_pid);
+  free(c->scratch);
+  free(c);
+}
+
+static kt_result connect_through_store(struct kt_comm_s *c, kt_store store);
+
+kt_result kt_comm_init(kt_comm *comm, int rank, int size, kt_store store, const kt_config *config) {
+  kt__log_init();
+  kt__clear_error();
+  if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_init: comm is NULL", rank);
+  if (size < 1 || rank < 0 || rank >= size)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_init: rank must be in [0, size) and size >= 1 (size %d)",
+                   rank, size);
+  if (!store && size > 1)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_init: store is NULL", rank);
+  if (config && config->struct_size != sizeof(kt_config))
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_init: config->struct_size is %zu, expected %zu (use KT_CONFIG_INIT)",
+                   rank, config->struct_size, sizeof(kt_config));
+  const char *prefix = config && config->prefix && config->prefix[0] ? config->prefix : "kt";
+  if (strlen(prefix) > 128)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_init: prefix longer than 128 characters", rank);
+
+  struct kt_comm_s *c = NULL;
+  KT_CHECK(comm_alloc(rank, size, config ? config->timeout_ms : 0, prefix, &c));
+  kt__log_set_rank(rank);
+  kt_result res = connect_through_store(c, store);
+  if (res != KT_SUCCESS) {
+    kt__error_prefix("rank %d: kt_comm_init: ", rank);
+    comm_free(c);
+    return res;
+  }
+  KT_INFO("rank %d/%d: communicator '%s' ready (tcp, timeout %lld ms)", rank, size, c->prefix,
+          (long long)c->timeout_ms);
+  *comm = c;
+  return KT_SUCCESS;
+}
+
+/* Listen, publish our address under <prefix>/tcp/<rank>, read everyone's,
+ * connect the mesh. */
+static kt_result connect_through_store(struct kt_comm_s *c, kt_store store) {
+  kt_result res = KT_SUCCESS;
+  kt__tcp_addr me, *all = NULL;
+  int lfd = -1;
+  char key[320];
+  KT_CHECK(kt__tcp_listen(c->rank, &me, &lfd));
+  KT_CHECK(kt__tcp_create(c, lfd)); /* owns lfd from here */
+  all = kt__calloc((size_t)c->size, sizeof *all); /* freed at exit */
+  if (!all) return KT_ERR_NO_MEMORY;
+  all[c->rank] = me;
+  if (c->size > 1) {
+    snprintf(key, sizeof key, "%s/tcp/%d", c->prefix, c->rank);
+    KT_CHECK_GOTO(kt_store_set(store, key, &me, sizeof me), res, exit);
+    for (int j = 0; j < c->size; j++) {
+      if (j == c->rank) continue;
+      size_t len = 0;
+      snprintf(key, sizeof key, "%s/tcp/%d", c->prefix, j);
+      KT_CHECK_GOTO(kt_store_get(store, key, &all[j], sizeof all[j], &len, kt__param_CONNECT_TIMEOUT()),
+                    res, exit);
+      if (len != sizeof all[j]) {
+        res = kt__err(KT_ERR_STORE, "store key %s holds %zu bytes, expected %zu (another job or version using the same prefix?)",
+                      key, len, sizeof all[j]);
+        goto exit;
+      }
+    }
+  }
+  KT_CHECK_GOTO(kt__tcp_mesh(c, all), res, exit);
+exit:
+  free(all);
+  return res;
+}
+
+kt_result kt_comm_init_env(kt_comm *comm) {
+  kt__log_init();
+  kt__clear_error();
+  if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_comm_init_env: comm is NULL");
+  const char *rs = getenv("RANK"), *ws = getenv("WORLD_SIZE");
+  const char *addr = kt__param_STORE_ADDR();
+  if (!rs || !ws)
+    return kt__err(KT_ERR_INVALID_ARGUMENT,
+                   "kt_comm_init_env: RANK and WORLD_SIZE are not set (start the program with `kaitian run -n N prog`)");
+  char *end1, *end2;
+  long rank = strtol(rs, &end1, 10), size = strtol(ws, &end2, 10);
+  if (*end1 || *end2 || size < 1 || rank < 0 || rank >= size || size > INT32_MAX)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_comm_init_env: bad RANK=%s / WORLD_SIZE=%s", rs, ws);
+  kt_store store = NULL;
+  if (size > 1) {
+    char host[256];
+    int port;
+    if (!addr[0])
+      return kt__err(KT_ERR_INVALID_ARGUMENT,
+                     "rank %ld: kt_comm_init_env: KAITIAN_STORE_ADDR is not set (start the program with `kaitian run`)",
+                     rank);
+    KT_CHECK(kt__parse_hostport(addr, host, sizeof host, &port));
+    KT_CHECK(kt_store_tcp_connect(host, port, kt__param_JOB_SECRET(), kt__param_CONNECT_TIMEOUT(), &store));
+  }
+  kt_result r = kt_comm_init(comm, (int)rank, (int)size, store, NULL);
+  if (store) kt_store_free(store);
+  return r;
+}
+
+/* Record exchanged by kt_comm_split over the parent communicator. */
+typedef struct split_rec {
+  int32_t color, key, rank, pad;
+  kt__tcp_addr addr;
+} split_rec;
+
+static int cmp_split(const void *a, const void *b) {
+  const split_rec *x = a, *y = b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return x->rank < y->rank ? -1 : (x->rank > y->rank);
+}
+
+kt_result kt_comm_split(kt_comm comm, int color, int key, kt_comm *newcomm) {
+  kt__clear_error();
+  if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_comm_split: comm is NULL");
+  if (!newcomm)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_split: newcomm is NULL", comm->rank);
+  if (color < 0 && color != KT_SPLIT_NOCOLOR)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_split: color %d is negative (use KT_SPLIT_NOCOLOR)",
+                   comm->rank, color);
+  *newcomm = NULL;
+  kt_result res = KT_SUCCESS;
+  split_rec *recs = kt__calloc((size_t)comm->size, sizeof *recs); /* freed at exit */
+  if (!recs) return KT_ERR_NO_MEMORY;
+  split_rec mine = {color, key, comm->rank, 0, {{0}, 0, 0, {0}}};
+  int lfd = -1;
+  struct kt_comm_s *c = NULL;
+  if (color != KT_SPLIT_NOCOLOR) KT_CHECK_GOTO(kt__tcp_listen(comm->rank, &mine.addr, &lfd), res, exit);
+  /* Everyone takes part in the exchange, including ranks without a color. */
+  KT_CHECK_GOTO(kt_allgather(&mine, recs, sizeof mine, KT_UINT8, comm), res, exit);
+  uint64_t seq = ++comm->split_seq;
+  if (color == KT_SPLIT_NOCOLOR) goto exit;
+  int n = 0;
+  for (int i = 0; i < comm->size; i++)
+    if (recs[i].color == color) recs[n++] = recs[i];
+  qsort(recs, (size_t)n, sizeof *recs, cmp_split);
+  int newrank = 0;
+  for (int i = 0; i < n; i++)
+    if (recs[i].rank == comm->rank) newrank = i;
+  char prefix[sizeof comm->prefix];
+  snprintf(prefix, sizeof prefix, "%.200s/s%llu.%d", comm->prefix, (unsigned long long)seq, color);
+  KT_CHECK_GOTO(comm_alloc(newrank, n, comm->timeout_ms, prefix, &c), res, exit);
+  res = kt__tcp_create(c, lfd);
+  lfd = -1; /* owned by c->tcp now, or closed */
+  if (res != KT_SUCCESS) goto exit;
+  kt__tcp_addr *addrs = (kt__tcp_addr *)recs; /* compact in place: addr fits in a rec */
+  for (int i = 0; i < n; i++) memmove(&addrs[i], &recs[i].addr, sizeof addrs[i]);
+  KT_CHECK_GOTO(kt__tcp_mesh(c, addrs), res, exit);
+  *newcomm = c;
+  c = NULL;
+exit:
+  if (lfd >= 0) close(lfd);
+  if (c) comm_free(c);
+  free(recs);
+  if (res != KT_SUCCESS) kt__error_prefix("rank %d: kt_comm_split: ", comm->rank);
+  return res;
+}
+
+kt_result kt_comm_abort(kt_comm comm) {
+  if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_comm_abort: comm is NULL");
+  atomic_store(&comm->aborted, 1);
+  uint64_t one = 1;
+  ssize_t w = write(comm->abort_fd, &one, sizeof one);
+  (void)w;
+  pthread_mutex_lock(&comm->mu);
+  if (atomic_load(&comm->broken) == 0) {
+    snprintf(comm->broken_msg, sizeof comm->broken_msg, "rank %d: communicator aborted (kt_comm_abort)",
+             comm->rank);
+    atomic_store(&comm->broken, (int)KT_ERR_ABORTED);
+  }
+  pthread_cond_broadcast(&comm->cv);
+  pthread_mutex_unlock(&comm->mu);
+  return KT_SUCCESS;
+}
+
+KT_INTERNAL void kt__progress_stop(struct kt_comm_s *c);
+
+kt_result kt_comm_destroy(kt_comm comm) {
+  if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_comm_destroy: comm is NULL");
+  kt__progress_stop(comm); /* waits for issued operations to finish */
+  kt_result broken = (kt_result)atomic_load(&comm->broken);
+  if (broken != KT_SUCCESS) {
+    char why[1100];
+    snprintf(why, sizeof why, "%s", comm->broken_msg);
+    kt__tcp_broadcast_abort(comm, why);
+  }
+  kt__tcp_close(comm, broken == KT_SUCCESS);
+  comm_free(comm);
+  return KT_SUCCESS;
+}
+
+kt_result kt_comm_rank(kt_comm comm, int *rank) {
+  if (!comm || !rank) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_comm_rank: comm or rank is NULL");
+  *rank = comm->rank;
+  return KT_SUCCESS;
+}
+
+kt_result kt_comm_size(kt_comm comm, int *size) {
+  if (!comm || !size) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_comm_size: comm or size is NULL");
+  *size = comm->size;
+  return KT_SUCCESS;
+}
+
+kt_result kt_comm_get_error(kt_comm comm) {
+  if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_comm_get_error: comm is NULL");
+  kt_result r = (kt_result)atomic_load(&comm->broken);
+  if (r != KT_SUCCESS) {
+    pthread_mutex_lock(&comm->mu);
+    kt__error_set_text(comm->broken_msg);
+    pthread_mutex_unlock(&comm->mu);
+  }
+  return r;
+}

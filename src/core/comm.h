@@ -1,0 +1,126 @@
+/* comm.h - the communicator, operation descriptors and requests (internal). */
+#ifndef KT_COMM_H
+#define KT_COMM_H
+
+#include "common.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* Collective kinds; X(name, printable). */
+#define KT_COLL_LIST(X)                 \
+  X(ALLREDUCE, "allreduce")             \
+  X(BROADCAST, "broadcast")             \
+  X(REDUCE, "reduce")                   \
+  X(ALLGATHER, "allgather")             \
+  X(ALLGATHERV, "allgatherv")           \
+  X(REDUCE_SCATTER, "reduce_scatter")   \
+  X(GATHER, "gather")                   \
+  X(SCATTER, "scatter")                 \
+  X(ALLTOALL, "alltoall")               \
+  X(ALLTOALLV, "alltoallv")             \
+  X(BARRIER, "barrier")                 \
+  X(SEND, "send")                       \
+  X(RECV, "recv")                       \
+  X(SENDRECV, "sendrecv")               \
+  X(SPLIT, "split")
+
+typedef enum kt__coll {
+#define KT_X(name, str) KT_COLL_##name,
+  KT_COLL_LIST(KT_X)
+#undef KT_X
+  KT_COLL_COUNT
+} kt__coll;
+
+KT_INTERNAL const char *kt__coll_name(kt__coll c);
+
+/* One operation as issued: everything the algorithms need. Count arrays are
+ * owned copies (freed with the op). */
+typedef struct kt__op {
+  kt__coll coll;
+  const void *sendbuf;
+  void *recvbuf;
+  size_t count;     /* per-coll meaning, as in kaitian.h; sendrecv: send count */
+  size_t count2;    /* sendrecv: receive count */
+  kt_dtype dtype;
+  kt_op op;
+  int root;         /* rooted ops; send/recv: peer; sendrecv: destination */
+  int peer2;        /* sendrecv: source */
+  int tag;          /* send/recv */
+  size_t *counts;   /* allgatherv recvcounts / alltoallv sendcounts */
+  size_t *displs;   /* allgatherv displs / alltoallv sdispls */
+  size_t *counts2;  /* alltoallv recvcounts */
+  size_t *displs2;  /* alltoallv rdispls */
+  uint64_t seq;     /* position in the communicator's issue order, from 1 */
+} kt__op;
+
+struct kt__tcp;
+
+/* A non-blocking operation in flight. */
+struct kt_request_s {
+  kt__op op;
+  struct kt_comm_s *comm;
+  struct kt_request_s *next;    /* progress queue link */
+  atomic_int done;
+  kt_result result;
+  char errmsg[1024];
+};
+
+struct kt_comm_s {
+  int rank, size;
+  int64_t timeout_ms;
+  char prefix[256];             /* store key namespace of this communicator */
+  uint64_t split_seq;           /* splits issued, names child namespaces */
+
+  /* Peers' identities, for messages: host name and pid per rank. */
+  char (*peer_host)[64];
+  int *peer_pid;
+
+  struct kt__tcp *tcp;          /* TCP transport state */
+
+  /* Ordering: operations execute one at a time in issue order. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;            /* queue non-empty / request done / idle */
+  struct kt_request_s *qhead, *qtail;
+  bool busy;                    /* an op is executing (inline or on the thread) */
+  bool thread_started, stopping;
+  pthread_t thread;
+  uint64_t issued;              /* collectives issued: the last op->seq */
+
+  /* Error state: once broken, every op fails with this. */
+  atomic_int broken;            /* kt_result, 0 while healthy */
+  char broken_msg[1024];        /* guarded by mu */
+  atomic_int aborted;
+  int abort_fd;                 /* eventfd written by kt_comm_abort to wake polls */
+
+  /* Scratch memory for algorithms, grown on demand, freed at destroy. Only
+   * the executing op uses it. */
+  void *scratch;
+  size_t scratch_cap;
+};
+
+/* Execution context of the op that is running. */
+typedef struct kt__exec {
+  struct kt_comm_s *comm;
+  const kt__op *op;
+  int64_t deadline_ns;
+} kt__exec;
+
+/* Scratch of at least n bytes valid until the op ends (NULL + error on OOM). */
+KT_INTERNAL void *kt__scratch(struct kt_comm_s *c, size_t n);
+
+/* Mark the communicator broken with r and this thread's error text (first
+ * error wins); tells peers (best effort) so they fail fast too. */
+KT_INTERNAL void kt__comm_fail(struct kt_comm_s *c, kt_result r);
+
+/* Hand op to the communicator's ordered execution (src/core/progress.c).
+ * req_out NULL: blocking. Takes ownership of op's count arrays. */
+KT_INTERNAL kt_result kt__issue(struct kt_comm_s *c, kt__op *op, kt_request *req_out);
+
+/* Execute one op now on the calling thread (collective dispatch). */
+KT_INTERNAL kt_result kt__execute(struct kt_comm_s *c, const kt__op *op);
+
+/* Describe peer r for messages: "rank 3 (host:pid)". */
+KT_INTERNAL const char *kt__peer_desc(struct kt_comm_s *c, int r, char *buf, size_t cap);
+
+#endif /* KT_COMM_H */

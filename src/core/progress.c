@@ -1,0 +1,154 @@
+/* progress.c - issue order and the progress thread.
+ *
+ * Operations on a communicator execute one at a time, in the order they were
+ * issued. A blocking call runs on the caller's thread when nothing is queued or
+ * running (no thread hop on the fast path); otherwise, and for every
+ * non-blocking call, the op goes to the communicator's FIFO, which one progress
+ * thread (started on first use) drains. */
+#include "comm.h"
+
+#include "transport/transport.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void op_free_arrays(kt__op *op) {
+  free(op->counts);
+  free(op->displs);
+  free(op->counts2);
+  free(op->displs2);
+  op->counts = op->displs = op->counts2 = op->displs2 = NULL;
+}
+
+/* Run one op on the executing thread; on failure the communicator breaks. */
+static kt_result run_op(struct kt_comm_s *c, const kt__op *op) {
+  kt_result broken = (kt_result)atomic_load(&c->broken);
+  if (broken != KT_SUCCESS) {
+    pthread_mutex_lock(&c->mu);
+    kt__err(broken, "rank %d: %s not run: the communicator failed earlier: %s", c->rank,
+            kt__coll_name(op->coll), c->broken_msg);
+    pthread_mutex_unlock(&c->mu);
+    return broken;
+  }
+  kt_result r = kt__execute(c, op);
+  if (r != KT_SUCCESS) {
+    kt__tcp_reset_queues(c);
+    kt__comm_fail(c, r);
+  }
+  return r;
+}
+
+static void *progress_main(void *arg) {
+  struct kt_comm_s *c = arg;
+  kt__log_set_rank(c->rank);
+  pthread_mutex_lock(&c->mu);
+  for (;;) {
+    while ((!c->qhead || c->busy) && !(c->stopping && !c->qhead)) pthread_cond_wait(&c->cv, &c->mu);
+    if (!c->qhead) break; /* stopping and drained */
+    struct kt_request_s *req = c->qhead;
+    c->qhead = req->next;
+    if (!c->qhead) c->qtail = NULL;
+    c->busy = true;
+    pthread_mutex_unlock(&c->mu);
+
+    kt__clear_error();
+    kt_result r = run_op(c, &req->op);
+    if (r != KT_SUCCESS) kt__error_copy(req->errmsg, sizeof req->errmsg);
+
+    pthread_mutex_lock(&c->mu);
+    c->busy = false;
+    req->result = r;
+    atomic_store_explicit(&req->done, 1, memory_order_release);
+    pthread_cond_broadcast(&c->cv);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
+
+/* Hand op to the communicator. req_out NULL: blocking (returns the op's
+ * result); otherwise a request is returned. Takes ownership of op's arrays. */
+kt_result kt__issue(struct kt_comm_s *c, kt__op *op, kt_request *req_out) {
+  pthread_mutex_lock(&c->mu);
+  if (c->stopping) {
+    pthread_mutex_unlock(&c->mu);
+    op_free_arrays(op);
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s issued on a communicator being destroyed",
+                   c->rank, kt__coll_name(op->coll));
+  }
+  /* Collectives are numbered so that every rank can check it is in the same
+   * one; point-to-point ops are not (ranks issue different numbers of them). */
+  bool p2p = op->coll == KT_COLL_SEND || op->coll == KT_COLL_RECV || op->coll == KT_COLL_SENDRECV;
+  op->seq = p2p ? 0 : ++c->issued;
+  if (!req_out && !c->qhead && !c->busy) {
+    c->busy = true;
+    pthread_mutex_unlock(&c->mu);
+    kt_result r = run_op(c, op);
+    pthread_mutex_lock(&c->mu);
+    c->busy = false;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    op_free_arrays(op);
+    return r;
+  }
+  struct kt_request_s *req = calloc(1, sizeof *req);
+  if (!req) {
+    pthread_mutex_unlock(&c->mu);
+    op_free_arrays(op);
+    return kt__err(KT_ERR_NO_MEMORY, "rank %d: cannot allocate a request", c->rank);
+  }
+  req->op = *op;
+  req->comm = c;
+  if (c->qtail) c->qtail->next = req; else c->qhead = req;
+  c->qtail = req;
+  if (!c->thread_started) {
+    int e = pthread_create(&c->thread, NULL, progress_main, c);
+    if (e != 0) {
+      /* Undo: nothing was issued. */
+      c->qhead = c->qtail = NULL; /* only possible when the queue was empty */
+      pthread_mutex_unlock(&c->mu);
+      op_free_arrays(&req->op);
+      free(req);
+      return kt__err(KT_ERR_SYSTEM, "rank %d: cannot start the progress thread: %s", c->rank,
+                     strerror(e));
+    }
+    c->thread_started = true;
+  }
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  if (!req_out) return kt_wait(req);
+  *req_out = req;
+  return KT_SUCCESS;
+}
+
+kt_result kt_wait(kt_request req) {
+  if (!req) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_wait: request is NULL");
+  struct kt_comm_s *c = req->comm;
+  if (!atomic_load_explicit(&req->done, memory_order_acquire)) {
+    pthread_mutex_lock(&c->mu);
+    while (!atomic_load_explicit(&req->done, memory_order_acquire)) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+  }
+  kt_result r = req->result;
+  if (r != KT_SUCCESS) kt__error_set_text(req->errmsg);
+  else kt__clear_error();
+  op_free_arrays(&req->op);
+  free(req);
+  return r;
+}
+
+kt_result kt_test(kt_request req, int *done) {
+  if (!req || !done) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_test: request or done is NULL");
+  *done = atomic_load_explicit(&req->done, memory_order_acquire);
+  return KT_SUCCESS;
+}
+
+void kt__progress_stop(struct kt_comm_s *c) {
+  pthread_mutex_lock(&c->mu);
+  c->stopping = true;
+  pthread_cond_broadcast(&c->cv);
+  while (c->qhead || c->busy) pthread_cond_wait(&c->cv, &c->mu);
+  bool started = c->thread_started;
+  pthread_mutex_unlock(&c->mu);
+  if (started) pthread_join(c->thread, NULL);
+}

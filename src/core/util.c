@@ -1,0 +1,81 @@
+/* util.c - small helpers: clock, checked allocation, full reads and writes,
+ * the names of dtypes and ops, version and build information. */
+#include "common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t kt__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void *kt__malloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) kt__err(KT_ERR_NO_MEMORY, "cannot allocate %zu bytes", n);
+  return p;
+}
+
+void *kt__calloc(size_t n, size_t s) {
+  void *p = calloc(n ? n : 1, s ? s : 1);
+  if (!p) kt__err(KT_ERR_NO_MEMORY, "cannot allocate %zu x %zu bytes", n, s);
+  return p;
+}
+
+int kt__write_full(int fd, const void *buf, size_t len) {
+  const char *p = buf;
+  while (len > 0) {
+    ssize_t w;
+    KT_SYSCALL_RETRY(w, write(fd, p, len));
+    if (w < 0) return -1;
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+int kt__read_full(int fd, void *buf, size_t len) {
+  char *p = buf;
+  while (len > 0) {
+    ssize_t r;
+    KT_SYSCALL_RETRY(r, read(fd, p, len));
+    if (r < 0) return -1;
+    if (r == 0) {
+      errno = ECONNRESET;
+      return -1;
+    }
+    p += r;
+    len -= (size_t)r;
+  }
+  return 0;
+}
+
+static const size_t dtype_sizes[KT_NUM_DTYPES] = {1, 1, 4, 8, 2, 2, 4, 8, 1};
+static const char *const dtype_names[KT_NUM_DTYPES] = {
+    "int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64", "bool"};
+static const char *const op_names[KT_NUM_OPS] = {"sum", "prod", "min", "max",
+                                                 "avg", "band", "bor", "bxor"};
+
+size_t kt_dtype_size(kt_dtype d) { return (unsigned)d < KT_NUM_DTYPES ? dtype_sizes[d] : 0; }
+const char *kt_dtype_name(kt_dtype d) { return (unsigned)d < KT_NUM_DTYPES ? dtype_names[d] : "unknown"; }
+const char *kt_op_name(kt_op o) { return (unsigned)o < KT_NUM_OPS ? op_names[o] : "unknown"; }
+
+#define KT_STR2(x) #x
+#define KT_STR(x) KT_STR2(x)
+const char *kt_version_string(void) {
+  return KT_STR(KT_VERSION_MAJOR) "." KT_STR(KT_VERSION_MINOR) "." KT_STR(KT_VERSION_PATCH);
+}
+
+void kt_version(int *major, int *minor, int *patch) {
+  if (major) *major = KT_VERSION_MAJOR;
+  if (minor) *minor = KT_VERSION_MINOR;
+  if (patch) *patch = KT_VERSION_PATCH;
+}
+
+#ifndef KT_BUILD_INFO
+#define KT_BUILD_INFO "unknown build"
+#endif
+const char *kt_build_info(void) { return KT_BUILD_INFO; }

@@ -1,0 +1,633 @@
+/* tcp.c - TCP transport: a full mesh of non-blocking sockets, two per peer
+ * pair. The data socket carries framed messages in issue order; the control
+ * socket carries only goodbyes and abort notices, so that a peer that dies
+ * (EOF or reset on its control socket without a goodbye) is noticed by every
+ * rank during any wait, whatever it is waiting for. */
+#include "transport.h"
+#include "tcp.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define HDR_MAGIC 0x4B54u /* "KT" */
+#define HELLO_MAGIC 0x4B544845u
+#define CTRL_MAGIC 0x4B544354u
+enum { CONN_DATA = 1, CONN_CTRL = 2 };
+enum { CTRL_BYE = 1, CTRL_ABORT = 2 };
+
+struct hello {
+  uint32_t magic;
+  uint32_t kind;
+  int32_t rank;
+  uint32_t pad;
+  uint64_t token;
+};
+
+struct ctrl_frame {
+  uint32_t magic;
+  uint32_t type;
+  int32_t code;
+  uint32_t len; /* bytes of text that follow, < KT_TCP_CTRL_TEXT */
+};
+#define KT_TCP_CTRL_TEXT 900
+
+struct peer {
+  int data_fd, ctrl_fd;
+  kt__xfer *sq_head, *sq_tail; /* sends, in issue order */
+  kt__xfer *rq_head, *rq_tail; /* receives, in issue order */
+  bool said_bye;
+  size_t ctrl_fill;
+  unsigned char ctrl_buf[sizeof(struct ctrl_frame) + KT_TCP_CTRL_TEXT];
+};
+
+struct kt__tcp {
+  int nranks;
+  int listen_fd;
+  struct peer *peers;
+  struct pollfd *pfds; /* scratch for poll: 2 per peer + abort fd */
+  int *pfd_peer;
+  uint64_t token;
+};
+
+/* ---- headers ------------------------------------------------------------ */
+
+static void put_hdr(unsigned char *h, kt__coll coll, uint32_t tag, uint64_t seq, uint64_t len) {
+  uint16_t magic = HDR_MAGIC, c = (uint16_t)coll;
+  memcpy(h, &magic, 2);
+  memcpy(h + 2, &c, 2);
+  memcpy(h + 4, &tag, 4);
+  memcpy(h + 8, &seq, 8);
+  memcpy(h + 16, &len, 8);
+}
+
+static void get_hdr(const unsigned char *h, uint16_t *magic, uint16_t *coll, uint32_t *tag,
+                    uint64_t *seq, uint64_t *len) {
+  memcpy(magic, h, 2);
+  memcpy(coll, h + 2, 2);
+  memcpy(tag, h + 4, 4);
+  memcpy(seq, h + 8, 8);
+  memcpy(len, h + 16, 8);
+}
+
+static const char *coll_name_safe(uint16_t c) {
+  return c < KT_COLL_COUNT ? kt__coll_name((kt__coll)c) : "unknown-op";
+}
+
+/* ---- failure messages --------------------------------------------------- */
+
+static kt_result peer_lost(kt__exec *ex, int peer, const char *what, int err) {
+  struct kt_comm_s *c = ex->comm;
+  char who[128];
+  kt__peer_desc(c, peer, who, sizeof who);
+  if (c->tcp->peers[peer].said_bye)
+    return kt__err(KT_ERR_PEER_FAILED,
+                   "%s destroyed its communicator while this rank still expected data (%s)", who,
+                   what);
+  if (err)
+    return kt__err(KT_ERR_PEER_FAILED, "%s failed: %s (%s)", who, what, strerror(err));
+  return kt__err(KT_ERR_PEER_FAILED, "%s failed: %s", who, what);
+}
+
+/* ---- data path ---------------------------------------------------------- */
+
+kt_result kt__net_post(kt__exec *ex, kt__xfer *x) {
+  struct kt__tcp *t = ex->comm->tcp;
+  if (x->peer < 0 || x->peer >= t->nranks || x->peer == ex->comm->rank)
+    return kt__err(KT_ERR_INTERNAL, "transfer to invalid peer %d", x->peer);
+  struct peer *p = &t->peers[x->peer];
+  x->next = NULL;
+  x->complete = false;
+  x->hdr_done = 0;
+  x->done = 0;
+  if (x->is_send) {
+    put_hdr(x->hdr, ex->op->coll, x->tag, ex->op->seq, x->len);
+    if (p->sq_tail) p->sq_tail->next = x; else p->sq_head = x;
+    p->sq_tail = x;
+  } else {
+    if (p->rq_tail) p->rq_tail->next = x; else p->rq_head = x;
+    p->rq_tail = x;
+  }
+  return KT_SUCCESS;
+}
+
+static kt_result advance_sends(kt__exec *ex, int peer, bool *moved) {
+  struct peer *p = &ex->comm->tcp->peers[peer];
+  kt__xfer *x;
+  while ((x = p->sq_head) != NULL) {
+    struct iovec iov[2];
+    int n = 0;
+    if (x->hdr_done < sizeof x->hdr)
+      iov[n++] = (struct iovec){x->hdr + x->hdr_done, sizeof x->hdr - x->hdr_done};
+    if (x->avail > x->done) iov[n++] = (struct iovec){x->buf + x->done, x->avail - x->done};
+    if (n > 0) {
+      struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+      ssize_t w;
+      KT_SYSCALL_RETRY(w, sendmsg(p->data_fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT));
+      if (w < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return KT_SUCCESS;
+        return peer_lost(ex, peer, "sending data", errno);
+      }
+      size_t moved_bytes = (size_t)w;
+      size_t h = KT_MIN(moved_bytes, sizeof x->hdr - x->hdr_done);
+      x->hdr_done += h;
+      x->done += moved_bytes - h;
+      *moved = true;
+    }
+    if (x->hdr_done < sizeof x->hdr || x->done < x->len) {
+      if (x->done < x->avail || x->hdr_done < sizeof x->hdr) continue; /* socket may take more */
+      return KT_SUCCESS;                                               /* waiting for producer */
+    }
+    x->complete = true;
+    p->sq_head = x->next;
+    if (!p->sq_head) p->sq_tail = NULL;
+  }
+  return KT_SUCCESS;
+}
+
+static kt_result check_header(kt__exec *ex, int peer, kt__xfer *x) {
+  uint16_t magic, coll;
+  uint32_t tag;
+  uint64_t seq, len;
+  get_hdr(x->hdr, &magic, &coll, &tag, &seq, &len);
+  if (magic != HDR_MAGIC)
+    return kt__err(KT_ERR_INTERNAL, "corrupt message header from rank %d (magic 0x%x)", peer, magic);
+  const kt__op *op = ex->op;
+  /* Point-to-point messages match by kind, tag and length only: ranks issue
+   * different numbers of them, so their sequence numbers are not compared. */
+  bool p2p = op->coll == KT_COLL_SEND || op->coll == KT_COLL_RECV || op->coll == KT_COLL_SENDRECV;
+  bool same_kind = p2p ? (coll == KT_COLL_SEND || coll == KT_COLL_RECV || coll == KT_COLL_SENDRECV)
+                       : coll == op->coll;
+  if (same_kind && (p2p || seq == op->seq) && tag == x->tag && len == x->len) return KT_SUCCESS;
+  char who[128];
+  kt__peer_desc(ex->comm, peer, who, sizeof who);
+  return kt__err(KT_ERR_MISMATCH,
+                 "mismatched operations: this rank (rank %d) is in op #%llu %s and expected "
+                 "%zu bytes (tag %u) from %s, which sent op #%llu %s with %llu bytes (tag %u)",
+                 ex->comm->rank, (unsigned long long)op->seq, kt__coll_name(op->coll), x->len,
+                 x->tag, who, (unsigned long long)seq, coll_name_safe(coll),
+                 (unsigned long long)len, tag);
+}
+
+static kt_result advance_recvs(kt__exec *ex, int peer, bool *moved) {
+  struct peer *p = &ex->comm->tcp->peers[peer];
+  kt__xfer *x;
+  while ((x = p->rq_head) != NULL) {
+    bool had_hdr = x->hdr_done == sizeof x->hdr;
+    struct iovec iov[2];
+    int n = 0;
+    if (!had_hdr) iov[n++] = (struct iovec){x->hdr + x->hdr_done, sizeof x->hdr - x->hdr_done};
+    if (x->len > x->done) iov[n++] = (struct iovec){x->buf + x->done, x->len - x->done};
+    if (n > 0) {
+      ssize_t r;
+      KT_SYSCALL_RETRY(r, readv(p->data_fd, iov, n));
+      if (r == 0) return peer_lost(ex, peer, "connection closed while receiving", 0);
+      if (r < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return KT_SUCCESS;
+        return peer_lost(ex, peer, "receiving data", errno);
+      }
+      size_t got = (size_t)r;
+      size_t h = KT_MIN(got, sizeof x->hdr - x->hdr_done);
+      x->hdr_done += h;
+      x->done += got - h;
+      *moved = true;
+    }
+    if (!had_hdr && x->hdr_done == sizeof x->hdr) KT_CHECK(check_header(ex, peer, x));
+    if (x->hdr_done < sizeof x->hdr || x->done < x->len) continue;
+    x->complete = true;
+    p->rq_head = x->next;
+    if (!p->rq_head) p->rq_tail = NULL;
+  }
+  return KT_SUCCESS;
+}
+
+/* A control frame arrived (or the socket closed): decide what it means. */
+static kt_result handle_ctrl(kt__exec *ex, int peer) {
+  struct kt_comm_s *c = ex->comm;
+  struct peer *p = &c->tcp->peers[peer];
+  for (;;) {
+    ssize_t r;
+    KT_SYSCALL_RETRY(r, recv(p->ctrl_fd, p->ctrl_buf + p->ctrl_fill,
+                             sizeof p->ctrl_buf - p->ctrl_fill, MSG_DONTWAIT));
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return KT_SUCCESS;
+    if (r <= 0) {
+      if (p->said_bye) { /* orderly: stop watching it */
+        close(p->ctrl_fd);
+        p->ctrl_fd = -1;
+        return KT_SUCCESS;
+      }
+      char who[128];
+      kt__peer_desc(c, peer, who, sizeof who);
+      return kt__err(KT_ERR_PEER_FAILED,
+                     "%s died or closed its connection without destroying its communicator "
+                     "(noticed by rank %d during op #%llu %s)",
+                     who, c->rank, (unsigned long long)ex->op->seq, kt__coll_name(ex->op->coll));
+    }
+    p->ctrl_fill += (size_t)r;
+    while (p->ctrl_fill >= sizeof(struct ctrl_frame)) {
+      struct ctrl_frame f;
+      memcpy(&f, p->ctrl_buf, sizeof f);
+      if (f.magic != CTRL_MAGIC || f.len >= KT_TCP_CTRL_TEXT)
+        return kt__err(KT_ERR_INTERNAL, "corrupt control frame from rank %d", peer);
+      size_t total = sizeof f + f.len;
+      if (p->ctrl_fill < total) break;
+      char text[KT_TCP_CTRL_TEXT + 1];
+      memcpy(text, p->ctrl_buf + sizeof f, f.len);
+      text[f.len] = '\0';
+      memmove(p->ctrl_buf, p->ctrl_buf + total, p->ctrl_fill - total);
+      p->ctrl_fill -= total;
+      if (f.type == CTRL_BYE) {
+        p->said_bye = true;
+      } else if (f.type == CTRL_ABORT) {
+        kt_result code = (f.code > 0 && f.code <= KT_ERR_INTERNAL) ? (kt_result)f.code : KT_ERR_ABORTED;
+        return kt__err(code, "rank %d failed and aborted the communicator: %s", peer, text);
+      }
+    }
+  }
+}
+
+static kt_result describe_timeout(kt__exec *ex) {
+  struct kt_comm_s *c = ex->comm;
+  char pend[512] = "";
+  size_t off = 0;
+  int shown = 0;
+  for (int i = 0; i < c->tcp->nranks && shown < 4; i++) {
+    struct peer *p = &c->tcp->peers[i];
+    if (p->rq_head) {
+      off += (size_t)snprintf(pend + off, sizeof pend - off, "%s receive from rank %d (%zu/%zu bytes)",
+                              shown ? "," : "", i, p->rq_head->done, p->rq_head->len);
+      shown++;
+    }
+    if (p->sq_head && off < sizeof pend && shown < 4) {
+      off += (size_t)snprintf(pend + off, sizeof pend - off, "%s send to rank %d (%zu/%zu bytes)",
+                              shown ? "," : "", i, p->sq_head->done, p->sq_head->len);
+      shown++;
+    }
+    if (off >= sizeof pend) break;
+  }
+  return kt__err(KT_ERR_TIMEOUT,
+                 "rank %d: op #%llu %s timed out after %lld ms (KAITIAN_TIMEOUT) waiting for:%s",
+                 c->rank, (unsigned long long)ex->op->seq, kt__coll_name(ex->op->coll),
+                 (long long)c->timeout_ms, pend[0] ? pend : " nothing posted");
+}
+
+kt_result kt__net_progress(kt__exec *ex, bool block) {
+  struct kt_comm_s *c = ex->comm;
+  struct kt__tcp *t = c->tcp;
+  if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+    return kt__err(KT_ERR_ABORTED, "rank %d: communicator aborted (kt_comm_abort)", c->rank);
+  bool moved = false;
+  for (int i = 0; i < t->nranks; i++) {
+    struct peer *p = &t->peers[i];
+    if (p->sq_head) KT_CHECK(advance_sends(ex, i, &moved));
+    if (p->rq_head) KT_CHECK(advance_recvs(ex, i, &moved));
+  }
+  if (moved || !block) return KT_SUCCESS;
+
+  /* Nothing could move: sleep until a socket is ready, a peer fails, or an
+   * abort; wake at least once a second to check the deadline. */
+  int n = 0;
+  for (int i = 0; i < t->nranks; i++) {
+    struct peer *p = &t->peers[i];
+    if (i == c->rank) continue;
+    short ev = 0;
+    if (p->rq_head) ev |= POLLIN;
+    if (p->sq_head && (p->sq_head->avail > p->sq_head->done || p->sq_head->hdr_done < sizeof p->sq_head->hdr))
+      ev |= POLLOUT;
+    if (ev) {
+      t->pfds[n] = (struct pollfd){p->data_fd, ev, 0};
+      t->pfd_peer[n++] = i;
+    }
+    if (p->ctrl_fd >= 0) {
+      t->pfds[n] = (struct pollfd){p->ctrl_fd, POLLIN, 0};
+      t->pfd_peer[n++] = -1 - i;
+    }
+  }
+  t->pfds[n] = (struct pollfd){c->abort_fd, POLLIN, 0};
+  t->pfd_peer[n++] = INT32_MIN;
+  int64_t left_ms = (ex->deadline_ns - kt__now_ns() + 999999) / 1000000;
+  if (left_ms <= 0) return describe_timeout(ex);
+  int r;
+  KT_SYSCALL_RETRY(r, poll(t->pfds, (nfds_t)n, (int)KT_MIN(left_ms, 1000)));
+  if (r < 0) return kt__err(KT_ERR_SYSTEM, "poll failed: %s", strerror(errno));
+  if (r == 0) return kt__now_ns() >= ex->deadline_ns ? describe_timeout(ex) : KT_SUCCESS;
+  for (int k = 0; k < n; k++) {
+    if (!t->pfds[k].revents) continue;
+    int who = t->pfd_peer[k];
+    if (who == INT32_MIN)
+      return kt__err(KT_ERR_ABORTED, "rank %d: communicator aborted (kt_comm_abort)", c->rank);
+    if (who < 0) KT_CHECK(handle_ctrl(ex, -1 - who));
+  }
+  return KT_SUCCESS;
+}
+
+kt_result kt__net_wait(kt__exec *ex, kt__xfer *x) {
+  while (!x->complete) KT_CHECK(kt__net_progress(ex, true));
+  return KT_SUCCESS;
+}
+
+kt_result kt__net_waitall(kt__exec *ex, kt__xfer *xs, int n) {
+  for (int i = 0; i < n; i++) KT_CHECK(kt__net_wait(ex, &xs[i]));
+  return KT_SUCCESS;
+}
+
+kt_result kt__net_sendrecv(kt__exec *ex, int dst, const void *sbuf, size_t slen, int src,
+                           void *rbuf, size_t rlen, uint32_t tag) {
+  kt__xfer x[2];
+  kt__xfer_send(&x[0], dst, sbuf, slen, tag);
+  kt__xfer_recv(&x[1], src, rbuf, rlen, tag);
+  KT_CHECK(kt__net_post(ex, &x[0]));
+  KT_CHECK(kt__net_post(ex, &x[1]));
+  return kt__net_waitall(ex, x, 2);
+}
+
+void kt__tcp_reset_queues(struct kt_comm_s *c) {
+  if (!c->tcp) return;
+  for (int i = 0; i < c->tcp->nranks; i++) {
+    struct peer *p = &c->tcp->peers[i];
+    p->sq_head = p->sq_tail = p->rq_head = p->rq_tail = NULL;
+  }
+}
+
+/* ---- connection setup --------------------------------------------------- */
+
+static uint64_t fnv1a(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static int set_nonblock(int fd) {
+  int fl = fcntl(fd, F_GETFL);
+  return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+static void tune_socket(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  int64_t bufsz = kt__param_SOCKET_BUFFER_BYTES();
+  if (bufsz > 0) {
+    int b = (int)KT_MIN(bufsz, INT32_MAX);
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof b);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b);
+  }
+}
+
+/* Does interface name match the KAITIAN_SOCKET_IFNAME spec? "eth" matches
+ * eth0 (prefix), "=eth0" exactly, "^docker" excludes; comma-separated. */
+static bool ifname_matches(const char *spec, const char *name) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", spec);
+  bool exclude = buf[0] == '^';
+  char *s = buf + (exclude ? 1 : 0);
+  bool exact = s[0] == '=';
+  if (exact) s++;
+  bool hit = false;
+  for (char *tok = strtok(s, ","); tok && !hit; tok = strtok(NULL, ","))
+    hit = exact ? strcmp(tok, name) == 0 : strncmp(tok, name, strlen(tok)) == 0;
+  return exclude ? !hit : hit;
+}
+
+/* The local IPv4 address a packet to host would leave from, via a connected
+ * UDP socket (no traffic is sent). */
+static bool route_source(const char *host, char *ip, size_t cap) {
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *res = NULL;
+  if (getaddrinfo(host, "9", &hints, &res) != 0 || !res) return false;
+  bool ok = false;
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof sa;
+    if (getsockname(fd, (struct sockaddr *)&sa, &sl) == 0 &&
+        inet_ntop(AF_INET, &sa.sin_addr, ip, (socklen_t)cap))
+      ok = true;
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  return ok;
+}
+
+/* Pick the address to listen on. See KAITIAN_SOCKET_IFNAME in params.def. */
+static kt_result choose_address(char *ip, size_t cap) {
+  const char *spec = kt__param_SOCKET_IFNAME();
+  struct ifaddrs *ifs = NULL;
+  if (!spec[0]) {
+    char host[256];
+    int port;
+    const char *store = kt__param_STORE_ADDR();
+    if (store[0] && sscanf(store, "%255[^:]:%d", host, &port) == 2 && route_source(host, ip, cap))
+      return KT_SUCCESS;
+  }
+  if (getifaddrs(&ifs) != 0) return kt__err(KT_ERR_SYSTEM, "getifaddrs: %s", strerror(errno));
+  bool found = false;
+  /* Two passes without a spec: non-loopback first, then loopback. */
+  for (int pass = 0; pass < 2 && !found; pass++) {
+    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
+      bool loop = (i->ifa_flags & IFF_LOOPBACK) != 0;
+      if (spec[0]) {
+        if (!ifname_matches(spec, i->ifa_name)) continue;
+      } else if (loop != (pass == 1)) {
+        continue;
+      }
+      found = inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip,
+                        (socklen_t)cap) != NULL;
+    }
+    if (spec[0]) break;
+  }
+  freeifaddrs(ifs);
+  if (!found)
+    return kt__err(KT_ERR_SYSTEM, "no usable IPv4 interface%s%s%s", spec[0] ? " matches KAITIAN_SOCKET_IFNAME='" : "",
+                   spec, spec[0] ? "'" : "");
+  return KT_SUCCESS;
+}
+
+kt_result kt__tcp_listen(int rank, kt__tcp_addr *me, int *listen_fd) {
+  kt_result res = KT_SUCCESS;
+  memset(me, 0, sizeof *me);
+  KT_CHECK(choose_address(me->ip, sizeof me->ip));
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return kt__err(KT_ERR_SYSTEM, "socket: %s", strerror(errno));
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  inet_pton(AF_INET, me->ip, &sa.sin_addr);
+  socklen_t sl = sizeof sa;
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, SOMAXCONN) != 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
+    res = kt__err(KT_ERR_SYSTEM, "rank %d: cannot listen on %s: %s", rank, me->ip, strerror(errno));
+    close(fd);
+    return res;
+  }
+  me->port = ntohs(sa.sin_port);
+  me->pid = (int32_t)getpid();
+  if (gethostname(me->host, sizeof me->host) != 0) snprintf(me->host, sizeof me->host, "?");
+  me->host[sizeof me->host - 1] = '\0';
+  *listen_fd = fd;
+  return KT_SUCCESS;
+}
+
+kt_result kt__tcp_create(struct kt_comm_s *c, int listen_fd) {
+  struct kt__tcp *t = kt__calloc(1, sizeof *t);
+  if (!t) {
+    close(listen_fd);
+    return KT_ERR_NO_MEMORY;
+  }
+  t->nranks = c->size;
+  t->listen_fd = listen_fd;
+  t->token = fnv1a(c->prefix);
+  t->peers = kt__calloc((size_t)c->size, sizeof *t->peers);
+  t->pfds = kt__calloc(2 * (size_t)c->size + 1, sizeof *t->pfds);
+  t->pfd_peer = kt__calloc(2 * (size_t)c->size + 1, sizeof *t->pfd_peer);
+  if (!t->peers || !t->pfds || !t->pfd_peer) {
+    free(t->peers);
+    free(t->pfds);
+    free(t->pfd_peer);
+    free(t);
+    close(listen_fd);
+    return KT_ERR_NO_MEMORY;
+  }
+  for (int i = 0; i < c->size; i++) t->peers[i].data_fd = t->peers[i].ctrl_fd = -1;
+  c->tcp = t;
+  return KT_SUCCESS;
+}
+
+static kt_result connect_one(struct kt_comm_s *c, const kt__tcp_addr *a, int peer, uint32_t kind,
+                             int64_t deadline, int *out) {
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)a->port)};
+  if (inet_pton(AF_INET, a->ip, &sa.sin_addr) != 1)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d published a bad address '%s'", peer, a->ip);
+  int delay_ms = 1;
+  for (;;) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return kt__err(KT_ERR_SYSTEM, "socket: %s", strerror(errno));
+    int r;
+    KT_SYSCALL_RETRY(r, connect(fd, (struct sockaddr *)&sa, sizeof sa));
+    if (r == 0) {
+      struct hello h = {HELLO_MAGIC, kind, c->rank, 0, c->tcp->token};
+      if (kt__write_full(fd, &h, sizeof h) == 0) {
+        *out = fd;
+        return KT_SUCCESS;
+      }
+    }
+    int err = errno;
+    close(fd);
+    if (kt__now_ns() >= deadline)
+      return kt__err(KT_ERR_TIMEOUT, "rank %d: cannot connect to rank %d at %s:%d: %s", c->rank,
+                     peer, a->ip, a->port, strerror(err));
+    usleep((useconds_t)delay_ms * 1000);
+    delay_ms = KT_MIN(delay_ms * 2, 100);
+  }
+}
+
+/* Accept until every higher rank has connected both its sockets. */
+static kt_result accept_all(struct kt_comm_s *c, int64_t deadline) {
+  struct kt__tcp *t = c->tcp;
+  int need = 2 * (c->size - 1 - c->rank);
+  while (need > 0) {
+    int64_t left = (deadline - kt__now_ns()) / 1000000;
+    if (left <= 0)
+      return kt__err(KT_ERR_TIMEOUT, "rank %d: timed out waiting for %d connections from higher ranks",
+                     c->rank, need);
+    struct pollfd pfd = {t->listen_fd, POLLIN, 0};
+    int r;
+    KT_SYSCALL_RETRY(r, poll(&pfd, 1, (int)KT_MIN(left, 1000)));
+    if (r <= 0) continue;
+    int fd;
+    KT_SYSCALL_RETRY(fd, accept4(t->listen_fd, NULL, NULL, SOCK_CLOEXEC));
+    if (fd < 0) continue;
+    struct hello h;
+    /* A peer that connected sends its hello at once; do not let a stray
+     * connection stall us. */
+    struct timeval tv = {2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (kt__read_full(fd, &h, sizeof h) != 0 || h.magic != HELLO_MAGIC || h.token != t->token ||
+        h.rank <= c->rank || h.rank >= c->size || (h.kind != CONN_DATA && h.kind != CONN_CTRL)) {
+      KT_WARN("rank %d: dropped a connection that is not a peer of this communicator", c->rank);
+      close(fd);
+      continue;
+    }
+    tv = (struct timeval){0, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    int *slot = h.kind == CONN_DATA ? &t->peers[h.rank].data_fd : &t->peers[h.rank].ctrl_fd;
+    if (*slot >= 0) {
+      KT_WARN("rank %d: duplicate connection from rank %d dropped", c->rank, h.rank);
+      close(fd);
+      continue;
+    }
+    *slot = fd;
+    need--;
+  }
+  return KT_SUCCESS;
+}
+
+kt_result kt__tcp_mesh(struct kt_comm_s *c, const kt__tcp_addr *all) {
+  struct kt__tcp *t = c->tcp;
+  int64_t deadline = kt__now_ns() + kt__param_CONNECT_TIMEOUT() * 1000000;
+  for (int j = 0; j < c->rank; j++) {
+    KT_CHECK(connect_one(c, &all[j], j, CONN_DATA, deadline, &t->peers[j].data_fd));
+    KT_CHECK(connect_one(c, &all[j], j, CONN_CTRL, deadline, &t->peers[j].ctrl_fd));
+  }
+  KT_CHECK(accept_all(c, deadline));
+  close(t->listen_fd);
+  t->listen_fd = -1;
+  for (int j = 0; j < c->size; j++) {
+    if (j == c->rank) continue;
+    struct peer *p = &t->peers[j];
+    if (set_nonblock(p->data_fd) != 0 || set_nonblock(p->ctrl_fd) != 0)
+      return kt__err(KT_ERR_SYSTEM, "fcntl: %s", strerror(errno));
+    tune_socket(p->data_fd);
+    int one = 1;
+    setsockopt(p->ctrl_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    snprintf(c->peer_host[j], sizeof c->peer_host[j], "%s", all[j].host);
+    c->peer_pid[j] = all[j].pid;
+  }
+  return KT_SUCCESS;
+}
+
+static void send_ctrl(int fd, uint32_t type, kt_result code, const char *text) {
+  if (fd < 0) return;
+  unsigned char buf[sizeof(struct ctrl_frame) + KT_TCP_CTRL_TEXT];
+  size_t len = text ? KT_MIN(strlen(text), (size_t)KT_TCP_CTRL_TEXT - 1) : 0;
+  struct ctrl_frame f = {CTRL_MAGIC, type, (int32_t)code, (uint32_t)len};
+  memcpy(buf, &f, sizeof f);
+  if (len) memcpy(buf + sizeof f, text, len);
+  ssize_t w;
+  KT_SYSCALL_RETRY(w, send(fd, buf, sizeof f + len, MSG_NOSIGNAL | MSG_DONTWAIT));
+  (void)w; /* best effort: the peer may be gone */
+}
+
+void kt__tcp_broadcast_abort(struct kt_comm_s *c, const char *why) {
+  if (!c->tcp) return;
+  kt_result code = (kt_result)atomic_load(&c->broken);
+  for (int i = 0; i < c->tcp->nranks; i++)
+    if (i != c->rank) send_ctrl(c->tcp->peers[i].ctrl_fd, CTRL_ABORT, code, why);
+}
+
+void kt__tcp_close(struct kt_comm_s *c, bool graceful) {
+  struct kt__tcp *t = c->tcp;
+  if (!t) return;
+  for (int i = 0; i < t->nranks; i++) {
+    struct peer *p = &t->peers[i];
+    if (graceful) send_ctrl(p->ctrl_fd, CTRL_BYE, KT_SUCCESS, NULL);
+    if (p->data_fd >= 0) close(p->data_fd);
+    if (p->ctrl_fd >= 0) close(p->ctrl_fd);
+  }
+  if (t->listen_fd >= 0) close(t->listen_fd);
+  free(t->peers);
+  free(t->pfds);
+  free(t->pfd_peer);
+  free(t);
+  c->tcp = NULL;
+}
+

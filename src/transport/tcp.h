@@ -1,0 +1,26 @@
+/* tcp.h - setup of the TCP transport: listen, exchange addresses (through the
+ * store or the parent communicator), then connect the full mesh. */
+#ifndef KT_TCP_H
+#define KT_TCP_H
+
+#include "comm.h"
+
+/* What a rank publishes so that peers can connect to it. Fixed size, plain
+ * data, so it can travel through the store or an allgather. */
+typedef struct kt__tcp_addr {
+  char ip[48];
+  int32_t port;
+  int32_t pid;
+  char host[64];
+} kt__tcp_addr;
+
+/* Open a listening socket on the chosen interface and describe it in *me;
+ * rank is for messages only. */
+KT_INTERNAL kt_result kt__tcp_listen(int rank, kt__tcp_addr *me, int *listen_fd);
+/* Allocate c->tcp for c->size ranks (c->prefix set); takes listen_fd. On
+ * failure listen_fd is closed. */
+KT_INTERNAL kt_result kt__tcp_create(struct kt_comm_s *c, int listen_fd);
+/* Connect to every peer given everyone's address; fills c->peer_host/pid. */
+KT_INTERNAL kt_result kt__tcp_mesh(struct kt_comm_s *c, const kt__tcp_addr *all);
+
+#endif /* KT_TCP_H */

@@ -1,0 +1,60 @@
+/* transport.h - point-to-point layer the collective algorithms run on.
+ *
+ * Messages between two ranks travel in issue order. Each message carries a
+ * header (op sequence number, collective, tag, length); the receiver posts what
+ * it expects and a different header is a KT_ERR_MISMATCH naming both sides.
+ * Transfers are posted, then advanced by kt__net_progress() until complete;
+ * payloads are read and written in place (no copies in the library), and a
+ * sender may stream a buffer that is still being produced (x->avail). */
+#ifndef KT_TRANSPORT_H
+#define KT_TRANSPORT_H
+
+#include "comm.h"
+
+typedef struct kt__xfer {
+  int peer;
+  bool is_send;
+  uint32_t tag;          /* algorithm step, or user tag for send/recv */
+  char *buf;
+  size_t len;            /* payload bytes */
+  size_t done;           /* payload bytes moved so far */
+  size_t avail;          /* send only: bytes of buf ready to go (<= len) */
+  /* transport private */
+  size_t hdr_done;
+  unsigned char hdr[24];
+  struct kt__xfer *next;
+  bool complete;
+} kt__xfer;
+
+/* Fill a transfer descriptor; sends start with everything available. */
+static inline void kt__xfer_send(kt__xfer *x, int peer, const void *buf, size_t len, uint32_t tag) {
+  *x = (kt__xfer){.peer = peer, .is_send = true, .tag = tag, .buf = (char *)buf, .len = len,
+                  .avail = len};
+}
+static inline void kt__xfer_recv(kt__xfer *x, int peer, void *buf, size_t len, uint32_t tag) {
+  *x = (kt__xfer){.peer = peer, .is_send = false, .tag = tag, .buf = (char *)buf, .len = len};
+}
+
+/* Queue x behind earlier transfers to/from the same peer. x must stay valid
+ * until complete (or until the op fails). */
+KT_INTERNAL kt_result kt__net_post(kt__exec *ex, kt__xfer *x);
+/* Advance every posted transfer as far as the sockets allow. block: when
+ * nothing moved, wait until something can (or the deadline, an abort, a dead
+ * peer). Returns an error naming the peer and op on failure. */
+KT_INTERNAL kt_result kt__net_progress(kt__exec *ex, bool block);
+/* Progress until x (or all n of xs) complete. */
+KT_INTERNAL kt_result kt__net_wait(kt__exec *ex, kt__xfer *x);
+KT_INTERNAL kt_result kt__net_waitall(kt__exec *ex, kt__xfer *xs, int n);
+/* Post a send and a receive and wait for both. */
+KT_INTERNAL kt_result kt__net_sendrecv(kt__exec *ex, int dst, const void *sbuf, size_t slen,
+                                       int src, void *rbuf, size_t rlen, uint32_t tag);
+
+/* TCP transport life cycle (src/transport/tcp.c; setup in tcp.h). */
+/* Drop posted transfers after a failure (the op is over). */
+KT_INTERNAL void kt__tcp_reset_queues(struct kt_comm_s *c);
+/* graceful: tell peers goodbye so they do not report us as failed. */
+KT_INTERNAL void kt__tcp_close(struct kt_comm_s *c, bool graceful);
+/* Best effort: tell every peer this communicator failed and why. */
+KT_INTERNAL void kt__tcp_broadcast_abort(struct kt_comm_s *c, const char *why);
+
+#endif /* KT_TRANSPORT_H */
