@@ -1,0 +1,63 @@
+# coll.cmake - correctness matrix of the collectives: coll_test at world sizes
+# {1,2,3,4,5,8}, once with the tuner's choices and once per forced algorithm
+# (KAITIAN_ALGO), plus badargs_test. See tests/README.md.
+kt_add_test_exe(coll_test ${KT_TEST_DIR}/c/coll_test.c ${KT_TEST_DIR}/c/coll_ref.c)
+kt_add_test_exe(badargs_test ${KT_TEST_DIR}/c/badargs_test.c)
+
+# A hang becomes a KaiTian timeout error (named rank and op) well before the
+# CTest TIMEOUT kills the run.
+set(KT_COLL_ENV "KAITIAN_TIMEOUT=60000")
+
+# Forced algorithms: "<test suffix>|<KAITIAN_ALGO>|<collectives it affects>".
+# Each forced run exercises only the collectives that have the algorithm.
+set(KT_COLL_FORCED
+  "ring|ring|allreduce,allgather,allgatherv,reduce_scatter"
+  "recursive_doubling|allreduce=recursive_doubling|allreduce"
+  "bcast_binomial|broadcast=binomial|broadcast"
+  "bcast_pipeline|broadcast=pipeline|broadcast"
+  "reduce_binomial|reduce=binomial|reduce"
+  "linear|gather=linear,scatter=linear|gather,scatter"
+  "pairwise|alltoall=pairwise,alltoallv=pairwise|alltoall,alltoallv"
+  "dissemination|barrier=dissemination|barrier")
+
+# kt_coll_test(<name> <ranks> <timeout s> <extra env> <coll_test args...>)
+function(kt_coll_test name np timeout env)
+  add_test(NAME ${name} COMMAND ${KT_CLI} run -n ${np} $<TARGET_FILE:coll_test> ${ARGN})
+  set(procs ${np})
+  if(procs GREATER 4)
+    set(procs 4)
+  endif()
+  set(envs ${KT_COLL_ENV})
+  if(env)
+    list(APPEND envs "${env}")
+  endif()
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout} LABELS "coll" PROCESSORS ${procs}
+    ENVIRONMENT "${envs}")
+endfunction()
+
+foreach(np 1 2 3 4 5 8)
+  # The tuner's run covers every collective; full matrix where it is cheap.
+  if(np LESS_EQUAL 4)
+    kt_coll_test(coll.np${np}.tuner ${np} 600 "")
+  else()
+    kt_coll_test(coll.np${np}.tuner ${np} 600 "" --quick)
+  endif()
+  foreach(spec ${KT_COLL_FORCED})
+    string(REPLACE "|" ";" parts "${spec}")
+    list(GET parts 0 suffix)
+    list(GET parts 1 algo)
+    list(GET parts 2 which)
+    if(np LESS_EQUAL 2)
+      kt_coll_test(coll.np${np}.${suffix} ${np} 600 "KAITIAN_ALGO=${algo}" --coll ${which})
+    else()
+      kt_coll_test(coll.np${np}.${suffix} ${np} 600 "KAITIAN_ALGO=${algo}" --coll ${which} --quick)
+    endif()
+  endforeach()
+endforeach()
+
+add_test(NAME badargs.np2 COMMAND ${KT_CLI} run -n 2 $<TARGET_FILE:badargs_test>)
+set_tests_properties(badargs.np2 PROPERTIES TIMEOUT 180 LABELS "coll" PROCESSORS 2
+  ENVIRONMENT "${KT_COLL_ENV}")
+add_test(NAME badargs.np3 COMMAND ${KT_CLI} run -n 3 $<TARGET_FILE:badargs_test>)
+set_tests_properties(badargs.np3 PROPERTIES TIMEOUT 180 LABELS "coll" PROCESSORS 3
+  ENVIRONMENT "${KT_COLL_ENV}")
