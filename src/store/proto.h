@@ -22,7 +22,10 @@
  * answered when its keys appear, or with KT_PST_TIMEOUT when its timeout_ms
  * (measured by the server from the request's arrival) runs out; a negative
  * timeout_ms parks without a server-side deadline. Reply values: GET the
- * value; TIMEOUT the first key still missing; INVALID an error message.
+ * value; TIMEOUT the first key still missing; INVALID an error message. ADD
+ * keeps its counter as decimal text (as torch's stores do), so a GET of it
+ * reads "42". A connection that has not said HELLO within
+ * KAITIAN_CONNECT_TIMEOUT is dropped.
  * Anything malformed closes the connection without a reply. */
 #ifndef KT_STORE_PROTO_H
 #define KT_STORE_PROTO_H

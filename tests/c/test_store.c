@@ -410,6 +410,56 @@ static void test_basic(int port) {
   kt_store_free(s);
 }
 
+typedef struct {
+  kt_store s;
+  const char **keys;
+  size_t nkeys;
+  kt_result r;
+} wait_arg;
+
+static void *thread_wait(void *p) {
+  wait_arg *a = p;
+  a->r = kt_store_wait(a->s, a->keys, a->nkeys, 10000);
+  return NULL;
+}
+
+/* A WAIT on many keys, set from another connection in reverse order, and a
+ * negative timeout meaning the default. */
+static void test_wait_many(int port) {
+  enum { N = 100 };
+  static char names[N][16];
+  const char *keys[N];
+  for (int i = 0; i < N; i++) {
+    snprintf(names[i], sizeof names[i], "many/%d", i);
+    keys[i] = names[i];
+  }
+  kt_store waiter = connect_or_die(port, SECRET), setter = connect_or_die(port, SECRET);
+  wait_arg wa = {waiter, keys, N, KT_ERR_INTERNAL};
+  pthread_t th;
+  pthread_create(&th, NULL, thread_wait, &wa);
+  sleep_ms(100);
+  for (int i = N - 1; i >= 1; i--) EXPECT_RC(kt_store_set(setter, keys[i], "x", 1), KT_SUCCESS);
+  int ready = -1;
+  EXPECT_RC(kt_store_check(setter, keys, N, &ready), KT_SUCCESS);
+  EXPECT(ready == 0, "check of %d keys with many/0 unset: expected 0, got %d", N, ready);
+  sleep_ms(100);
+  EXPECT(wa.r == KT_ERR_INTERNAL, "wait for %d keys returned %s before the last key was set", N,
+         kt_strerror(wa.r));
+  EXPECT_RC(kt_store_set(setter, keys[0], "x", 1), KT_SUCCESS);
+  pthread_join(th, NULL);
+  EXPECT(wa.r == KT_SUCCESS, "wait for %d keys set in reverse order: expected success, got %s", N,
+         kt_strerror(wa.r));
+  EXPECT_RC(kt_store_check(setter, keys, N, &ready), KT_SUCCESS);
+  EXPECT(ready == 1, "check of %d keys after all were set: expected 1, got %d", N, ready);
+
+  char buf[8];
+  size_t len;
+  EXPECT_RC(kt_store_get(setter, keys[5], buf, sizeof buf, &len, -1), KT_SUCCESS);
+  EXPECT_RC(kt_store_wait(setter, keys, N, -1), KT_SUCCESS);
+  kt_store_free(waiter);
+  kt_store_free(setter);
+}
+
 static void test_big_value(int port) {
   kt_store s = connect_or_die(port, SECRET);
   size_t n = 1u << 20;
@@ -814,6 +864,7 @@ int main(int argc, char **argv) {
   EXPECT(port > 0 && port < 65536, "server port: expected 1..65535, got %d", port);
   test_basic(port);
   test_big_value(port);
+  test_wait_many(port);
   test_timeouts(port);
   test_secret(port);
   test_malformed(port);
