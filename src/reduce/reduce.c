@@ -155,10 +155,16 @@ void kt__reduce(void *dst, const void *a, const void *b, size_t n, kt_dtype dtyp
   if (fn && n) fn(dst, a, b, n);
 }
 
+/* Elements move through memcpy: buf need not be aligned. */
 #define DIV_LOOP(T, buf, n, div)                                              \
   do {                                                                        \
-    T *p = (T *)(buf);                                                        \
-    for (size_t i = 0; i < (n); i++) p[i] = (T)(p[i] / (div));                \
+    unsigned char *p = (buf);                                                 \
+    for (size_t i = 0; i < (n); i++) {                                        \
+      T v;                                                                    \
+      memcpy(&v, p + i * sizeof(T), sizeof(T));                               \
+      v = (T)(v / (div));                                                     \
+      memcpy(p + i * sizeof(T), &v, sizeof(T));                               \
+    }                                                                         \
   } while (0)
 
 /* nranks < 2 leaves the sum as it is (also the safe answer to nonsense). */
@@ -172,15 +178,25 @@ void kt__reduce_finalize(void *buf, size_t n, kt_dtype dtype, kt_op op, int nran
     case KT_FLOAT32: DIV_LOOP(float, buf, n, (float)nranks); break;
     case KT_FLOAT64: DIV_LOOP(double, buf, n, (double)nranks); break;
     case KT_FLOAT16: {
-      uint16_t *p = buf;
+      unsigned char *p = buf;
       float div = (float)nranks;
-      for (size_t i = 0; i < n; i++) p[i] = kt__f2h(kt__h2f(p[i]) / div);
+      for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        h = kt__f2h(kt__h2f(h) / div);
+        memcpy(p + 2 * i, &h, 2);
+      }
       break;
     }
     case KT_BFLOAT16: {
-      uint16_t *p = buf;
+      unsigned char *p = buf;
       float div = (float)nranks;
-      for (size_t i = 0; i < n; i++) p[i] = kt__f2b(kt__b2f(p[i]) / div);
+      for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        h = kt__f2b(kt__b2f(h) / div);
+        memcpy(p + 2 * i, &h, 2);
+      }
       break;
     }
     default: break; /* bool: the logical or stands */

@@ -13,43 +13,44 @@
  * VOP combines two. The tail (n % W elements) runs the scalar kernel. */
 #define KERNEL(name, T, W, DT, OP, VT, LOAD, STORE, VOP)                     \
   static AVX2_FN void name(void *dst, const void *a, const void *b, size_t n) { \
-    T *d = dst;                                                              \
-    const T *pa = a;                                                         \
-    const T *pb = b;                                                         \
+    unsigned char *d = dst; /* bytes: buffers need not be aligned */         \
+    const unsigned char *pa = a, *pb = b;                                    \
+    const size_t es = sizeof(T), vs = (W) * sizeof(T);                       \
     size_t i = 0;                                                            \
     for (; i + 2 * (W) <= n; i += 2 * (W)) {                                 \
-      VT x0 = LOAD(pa + i), y0 = LOAD(pb + i);                               \
-      VT x1 = LOAD(pa + i + (W)), y1 = LOAD(pb + i + (W));                   \
-      STORE(d + i, VOP(x0, y0));                                             \
-      STORE(d + i + (W), VOP(x1, y1));                                       \
+      VT x0 = LOAD(pa + i * es), y0 = LOAD(pb + i * es);                     \
+      VT x1 = LOAD(pa + i * es + vs), y1 = LOAD(pb + i * es + vs);           \
+      STORE(d + i * es, VOP(x0, y0));                                        \
+      STORE(d + i * es + vs, VOP(x1, y1));                                   \
     }                                                                        \
-    for (; i + (W) <= n; i += (W)) STORE(d + i, VOP(LOAD(pa + i), LOAD(pb + i))); \
-    if (i < n) kt__reduce_scalar_fns[DT][OP](d + i, pa + i, pb + i, n - i);  \
+    for (; i + (W) <= n; i += (W))                                           \
+      STORE(d + i * es, VOP(LOAD(pa + i * es), LOAD(pb + i * es)));          \
+    if (i < n) kt__reduce_scalar_fns[DT][OP](d + i * es, pa + i * es, pb + i * es, n - i); \
   }
 
 /* ---- loads and stores -------------------------------------------------- */
 
 AVX2_INLINE __m256i ld_i(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 AVX2_INLINE void st_i(void *p, __m256i v) { _mm256_storeu_si256((__m256i *)p, v); }
-AVX2_INLINE __m256 ld_ps(const float *p) { return _mm256_loadu_ps(p); }
-AVX2_INLINE void st_ps(float *p, __m256 v) { _mm256_storeu_ps(p, v); }
-AVX2_INLINE __m256d ld_pd(const double *p) { return _mm256_loadu_pd(p); }
-AVX2_INLINE void st_pd(double *p, __m256d v) { _mm256_storeu_pd(p, v); }
+AVX2_INLINE __m256 ld_ps(const void *p) { return _mm256_loadu_ps((const float *)p); }
+AVX2_INLINE void st_ps(void *p, __m256 v) { _mm256_storeu_ps((float *)p, v); }
+AVX2_INLINE __m256d ld_pd(const void *p) { return _mm256_loadu_pd((const double *)p); }
+AVX2_INLINE void st_pd(void *p, __m256d v) { _mm256_storeu_pd((double *)p, v); }
 
 /* 8 half floats <-> 8 floats. */
-AVX2_INLINE __m256 ld_f16(const uint16_t *p) {
+AVX2_INLINE __m256 ld_f16(const void *p) {
   return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
-AVX2_INLINE void st_f16(uint16_t *p, __m256 v) {
+AVX2_INLINE void st_f16(void *p, __m256 v) {
   _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 
 /* 8 bfloat16 <-> 8 floats: the bf16 bits are the float's upper half. */
-AVX2_INLINE __m256 ld_bf16(const uint16_t *p) {
+AVX2_INLINE __m256 ld_bf16(const void *p) {
   __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
-AVX2_INLINE void st_bf16(uint16_t *p, __m256 v) {
+AVX2_INLINE void st_bf16(void *p, __m256 v) {
   __m256i bits = _mm256_castps_si256(v);
   __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
   __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));

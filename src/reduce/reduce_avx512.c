@@ -22,20 +22,21 @@ AVX512_INLINE __mmask64 mask64(size_t r) { return (__mmask64)((1ull << r) - 1ull
  * gives the first r). */
 #define KERNEL(name, T, W, VT, LOAD, STORE, MASK, MLOAD, MSTORE, VOP)        \
   static AVX512_FN void name(void *dst, const void *a, const void *b, size_t n) { \
-    T *d = dst;                                                              \
-    const T *pa = a;                                                         \
-    const T *pb = b;                                                         \
+    unsigned char *d = dst; /* bytes: buffers need not be aligned */         \
+    const unsigned char *pa = a, *pb = b;                                    \
+    const size_t es = sizeof(T), vs = (W) * sizeof(T);                       \
     size_t i = 0;                                                            \
     for (; i + 2 * (W) <= n; i += 2 * (W)) {                                 \
-      VT x0 = LOAD(pa + i), y0 = LOAD(pb + i);                               \
-      VT x1 = LOAD(pa + i + (W)), y1 = LOAD(pb + i + (W));                   \
-      STORE(d + i, VOP(x0, y0));                                             \
-      STORE(d + i + (W), VOP(x1, y1));                                       \
+      VT x0 = LOAD(pa + i * es), y0 = LOAD(pb + i * es);                     \
+      VT x1 = LOAD(pa + i * es + vs), y1 = LOAD(pb + i * es + vs);           \
+      STORE(d + i * es, VOP(x0, y0));                                        \
+      STORE(d + i * es + vs, VOP(x1, y1));                                   \
     }                                                                        \
-    for (; i + (W) <= n; i += (W)) STORE(d + i, VOP(LOAD(pa + i), LOAD(pb + i))); \
+    for (; i + (W) <= n; i += (W))                                           \
+      STORE(d + i * es, VOP(LOAD(pa + i * es), LOAD(pb + i * es)));          \
     if (i < n) {                                                             \
       __auto_type m = MASK(n - i);                                           \
-      MSTORE(d + i, m, VOP(MLOAD(m, pa + i), MLOAD(m, pb + i)));             \
+      MSTORE(d + i * es, m, VOP(MLOAD(m, pa + i * es), MLOAD(m, pb + i * es))); \
     }                                                                        \
   }
 
@@ -52,14 +53,14 @@ AVX512_INLINE void mst_i64(void *p, __mmask8 m, __m512i v) { _mm512_mask_storeu_
 AVX512_INLINE __m512i mld_i16(__mmask32 m, const void *p) { return _mm512_maskz_loadu_epi16(m, p); }
 AVX512_INLINE void mst_i16(void *p, __mmask32 m, __m512i v) { _mm512_mask_storeu_epi16(p, m, v); }
 
-AVX512_INLINE __m512 ld_ps(const float *p) { return _mm512_loadu_ps(p); }
-AVX512_INLINE void st_ps(float *p, __m512 v) { _mm512_storeu_ps(p, v); }
-AVX512_INLINE __m512 mld_ps(__mmask16 m, const float *p) { return _mm512_maskz_loadu_ps(m, p); }
-AVX512_INLINE void mst_ps(float *p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
-AVX512_INLINE __m512d ld_pd(const double *p) { return _mm512_loadu_pd(p); }
-AVX512_INLINE void st_pd(double *p, __m512d v) { _mm512_storeu_pd(p, v); }
-AVX512_INLINE __m512d mld_pd(__mmask8 m, const double *p) { return _mm512_maskz_loadu_pd(m, p); }
-AVX512_INLINE void mst_pd(double *p, __mmask8 m, __m512d v) { _mm512_mask_storeu_pd(p, m, v); }
+AVX512_INLINE __m512 ld_ps(const void *p) { return _mm512_loadu_ps(p); }
+AVX512_INLINE void st_ps(void *p, __m512 v) { _mm512_storeu_ps(p, v); }
+AVX512_INLINE __m512 mld_ps(__mmask16 m, const void *p) { return _mm512_maskz_loadu_ps(m, p); }
+AVX512_INLINE void mst_ps(void *p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
+AVX512_INLINE __m512d ld_pd(const void *p) { return _mm512_loadu_pd(p); }
+AVX512_INLINE void st_pd(void *p, __m512d v) { _mm512_storeu_pd(p, v); }
+AVX512_INLINE __m512d mld_pd(__mmask8 m, const void *p) { return _mm512_maskz_loadu_pd(m, p); }
+AVX512_INLINE void mst_pd(void *p, __mmask8 m, __m512d v) { _mm512_mask_storeu_pd(p, m, v); }
 
 /* ---- element operations ----------------------------------------------- */
 

@@ -9,12 +9,15 @@
 /* W elements of T per step; VOP combines two vectors. */
 #define KERNEL(name, T, W, DT, OP, LOAD, STORE, VOP)                         \
   static void name(void *dst, const void *a, const void *b, size_t n) {      \
-    T *d = dst;                                                              \
-    const T *pa = a;                                                         \
-    const T *pb = b;                                                         \
+    unsigned char *d = dst; /* bytes: buffers need not be aligned */         \
+    const unsigned char *pa = a, *pb = b;                                    \
+    const size_t es = sizeof(T);                                             \
     size_t i = 0;                                                            \
-    for (; i + (W) <= n; i += (W)) STORE(d + i, VOP(LOAD(pa + i), LOAD(pb + i))); \
-    if (i < n) kt__reduce_scalar_fns[DT][OP](d + i, pa + i, pb + i, n - i);  \
+    for (; i + (W) <= n; i += (W))                                           \
+      STORE((T *)(void *)(d + i * es),                                       \
+            VOP(LOAD((const T *)(const void *)(pa + i * es)),                \
+                LOAD((const T *)(const void *)(pb + i * es))));              \
+    if (i < n) kt__reduce_scalar_fns[DT][OP](d + i * es, pa + i * es, pb + i * es, n - i); \
   }
 
 /* FMIN/FMAX return NaN when either operand is NaN, as required. */

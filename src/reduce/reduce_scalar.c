@@ -15,17 +15,21 @@
 #define FMIN_NAN(x, y) (((x) < (y) || (x) != (x)) ? (x) : (y))
 #define FMAX_NAN(x, y) (((x) > (y) || (x) != (x)) ? (x) : (y))
 
-/* A kernel: T elements, e = EXPR(x, y). No restrict: dst may alias a or b
- * exactly, and reading both operands before the store keeps that safe. */
+/* A kernel: T elements, r = EXPR(x, y). Elements move through memcpy so
+ * that unaligned buffers are defined behaviour (gcc still vectorizes it). No
+ * restrict: dst may alias a or b exactly, and each element's operands are
+ * read before its result is stored. */
 #define KERNEL(name, T, EXPR)                                                \
   static void name(void *dst, const void *a, const void *b, size_t n) {      \
-    T *d = dst;                                                              \
-    const T *pa = a;                                                         \
-    const T *pb = b;                                                         \
+    unsigned char *d = dst;                                                  \
+    const unsigned char *pa = a;                                             \
+    const unsigned char *pb = b;                                             \
     for (size_t i = 0; i < n; i++) {                                         \
-      T x = pa[i];                                                           \
-      T y = pb[i];                                                           \
-      d[i] = EXPR;                                                           \
+      T x, y, r;                                                             \
+      memcpy(&x, pa + i * sizeof(T), sizeof(T));                             \
+      memcpy(&y, pb + i * sizeof(T), sizeof(T));                             \
+      r = EXPR;                                                              \
+      memcpy(d + i * sizeof(T), &r, sizeof(T));                              \
     }                                                                        \
   }
 
