@@ -1,0 +1,24 @@
+# launcher.cmake - tests of the `kaitian` command: `kaitian run` (the
+# launcher) and `kaitian info`. Each is a shell script given the command's path.
+kt_add_test_exe(launcher_store_probe ${KT_TEST_DIR}/launcher/store_probe.c)
+
+set(KT_LAUNCHER_DIR ${KT_TEST_DIR}/launcher)
+set(KT_PROBE $<TARGET_FILE:launcher_store_probe>)
+
+# kt_launcher_test(name timeout_s script args...)
+function(kt_launcher_test name timeout script)
+  add_test(NAME launcher_${name} COMMAND sh ${KT_LAUNCHER_DIR}/${script} ${ARGN})
+  set_tests_properties(launcher_${name} PROPERTIES TIMEOUT ${timeout} LABELS launcher)
+endfunction()
+
+kt_launcher_test(env_contract 60 env_contract.sh ${KT_CLI} ${KT_PROBE})
+kt_launcher_test(output 60 output.sh ${KT_CLI})
+kt_launcher_test(exit_code 60 exit_code.sh ${KT_CLI})
+kt_launcher_test(signal_rank 60 signal_rank.sh ${KT_CLI})
+kt_launcher_test(sigterm 60 sigterm.sh ${KT_CLI})
+kt_launcher_test(grandchild 60 grandchild.sh ${KT_CLI})
+kt_launcher_test(kill9 60 kill9.sh ${KT_CLI})
+kt_launcher_test(python 60 python.sh ${KT_CLI})
+kt_launcher_test(multinode 120 multinode.sh ${KT_CLI} ${KT_PROBE})
+kt_launcher_test(info 60 info.sh ${KT_CLI} ${PROJECT_SOURCE_DIR}/src/core/params.def)
+kt_launcher_test(env_docs 30 env_docs.sh ${KT_CLI} ${PROJECT_SOURCE_DIR}/docs/env.md)

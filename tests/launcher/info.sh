@@ -1,0 +1,41 @@
+#!/bin/sh
+# info.sh - `kaitian info` and the front door: version, build, CPU features,
+# transports, hostname, every KAITIAN_* parameter with its current value (the
+# secret hidden); --version, --help, unknown commands. Args: KAITIAN_CLI PARAMS_DEF
+. "$(dirname "$0")/lib.sh" "$@"
+DEF=${2:?path of src/core/params.def}
+
+KAITIAN_TIMEOUT=1234 KAITIAN_JOB_SECRET=do-not-print-me "$KT" info >"$TMP/a.out" 2>"$TMP/a.err"
+expect_rc 0 $? "kaitian info"
+ver=$(sed -n 's/^#define KT_VERSION_MAJOR \([0-9]*\)/\1/p' "$(dirname "$DEF")/../../include/kaitian.h")
+expect_grep "^kaitian $ver\\.[0-9]+\\.[0-9]+\$" "$TMP/a.out" "version line"
+expect_grep '^build: +[^ ]' "$TMP/a.out" "build line"
+expect_grep '^cpu: ' "$TMP/a.out" "cpu line"
+expect_grep '^reduce: +(scalar|avx2|avx512|neon)' "$TMP/a.out" "reduce kernel line"
+expect_grep '^transports: +.*tcp' "$TMP/a.out" "transports line"
+expect_grep "^hostname: +$(uname -n)\$" "$TMP/a.out" "hostname line"
+expect_grep '^  KAITIAN_TIMEOUT +1234 +\(default: 1800000\)$' "$TMP/a.out" "current value of KAITIAN_TIMEOUT"
+grep -q 'do-not-print-me' "$TMP/a.out" && fail "kaitian info printed the job secret"
+# Every parameter of params.def is listed.
+for name in $(sed -n 's/^KT_PARAM(\([A-Z0-9_]*\),.*/\1/p' "$DEF"); do
+  grep -q "^  KAITIAN_$name " "$TMP/a.out" || fail "KAITIAN_$name missing from kaitian info"
+done
+
+"$KT" --version >"$TMP/v.out"
+expect_rc 0 $? "kaitian --version"
+[ "$(cat "$TMP/v.out")" = "$(head -n 1 "$TMP/a.out")" ] || fail "--version differs from info: $(cat "$TMP/v.out")"
+"$KT" --help >"$TMP/h.out"
+expect_rc 0 $? "kaitian --help"
+for c in run bench info; do expect_grep "^  $c " "$TMP/h.out" "help lists $c"; done
+"$KT" frobnicate >"$TMP/u.out" 2>"$TMP/u.err"
+expect_rc 2 $? "unknown command"
+expect_grep "unknown command 'frobnicate'" "$TMP/u.err" "unknown command message"
+"$KT" run --bogus true >"$TMP/o.out" 2>"$TMP/o.err"
+expect_rc 2 $? "unknown run option"
+expect_grep "unknown option '--bogus'" "$TMP/o.err" "unknown option message"
+"$KT" run -n 0 true >"$TMP/o.out" 2>"$TMP/o.err"
+expect_rc 2 $? "-n 0"
+"$KT" run --nnodes 2 true >"$TMP/o.out" 2>"$TMP/o.err"
+expect_rc 2 $? "--nnodes without --master"
+expect_grep 'needs --master' "$TMP/o.err" "--master message"
+echo "PASS info"

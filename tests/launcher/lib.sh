@@ -1,0 +1,62 @@
+# lib.sh - helpers shared by the launcher tests (sourced by each test script).
+# Usage in a test: . "$(dirname "$0")/lib.sh" "$@"   (first argument: the kaitian command)
+set -u
+KT=${1:?usage: $0 KAITIAN_CLI [...]}
+[ -x "$KT" ] || { echo "FAIL: $KT is not executable" >&2; exit 1; }
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/kt_launcher.XXXXXX")
+# A marker in the command line of every process a test starts, so that
+# leftovers can be found in /proc (zombies have an empty cmdline and do not count).
+MARK="ktmark$$x$(basename "$0" .sh | tr -c 'a-z0-9\n' 'x')"
+# A copy of sleep whose file name carries the marker.
+SLEEPER="$TMP/$MARK"
+cp "$(command -v sleep)" "$SLEEPER"
+
+# The pattern's last character in brackets, so grep never matches itself.
+mark_pattern() { printf '%s[%s]' "${MARK%?}" "${MARK#"${MARK%?}"}"; }
+
+# Pids of live processes whose command line holds the marker.
+marker_pids() {
+  pat=$(mark_pattern)
+  for f in $(grep -la -- "$pat" /proc/[0-9]*/cmdline 2>/dev/null); do
+    p=${f#/proc/}
+    echo "${p%/cmdline}"
+  done
+}
+count_marker() { marker_pids | wc -l | tr -d ' '; }
+
+# wait_marker COUNT SECONDS: wait until exactly COUNT marker processes exist.
+wait_marker() {
+  i=0
+  while [ "$(count_marker)" != "$1" ]; do
+    i=$((i + 1))
+    [ $i -gt $(($2 * 10)) ] && return 1
+    sleep 0.1
+  done
+  return 0
+}
+
+cleanup() {
+  for p in $(marker_pids); do kill -9 "$p" 2>/dev/null; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$TMP"/*.out "$TMP"/*.err; do
+    [ -f "$f" ] || continue
+    echo "---- $(basename "$f") (first 40 lines)" >&2
+    head -n 40 "$f" >&2
+  done
+  exit 1
+}
+
+# expect_rc WANT GOT WHAT
+expect_rc() { [ "$2" = "$1" ] || fail "$3: exit status $2, expected $1"; }
+# expect_grep PATTERN FILE WHAT (extended regex)
+expect_grep() { grep -Eq -- "$1" "$2" || fail "$3: no line matching '$1' in $(basename "$2")"; }
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# A free TCP port: the launcher's own MASTER_PORT on one node is one.
+free_port() { "$KT" run --no-prefix -n 1 sh -c 'echo $MASTER_PORT'; }

@@ -1,0 +1,76 @@
+#!/bin/sh
+# multinode.sh - two launchers on 127.0.0.1 as two nodes of one job: the
+# environment contract across nodes (ranks of both meet in node 0's store), a
+# failure on node 1 stops node 0 (non-zero, naming the rank), a missing
+# KAITIAN_JOB_SECRET and mismatched -n are clear errors.
+# Args: KAITIAN_CLI STORE_PROBE
+. "$(dirname "$0")/lib.sh" "$@"
+PROBE=${2:?store probe program}
+
+unset KAITIAN_JOB_SECRET
+"$KT" run -n 2 --nnodes 2 --node-rank 0 --master 127.0.0.1:29400 true >"$TMP/s.out" 2>"$TMP/s.err"
+expect_rc 2 $? "multi-node without KAITIAN_JOB_SECRET"
+expect_grep 'export the same KAITIAN_JOB_SECRET on every node' "$TMP/s.err" "secret message"
+
+export KAITIAN_JOB_SECRET="launcher-test-secret-$$"
+export KAITIAN_CONNECT_TIMEOUT=20000
+port=$(free_port)
+[ -n "$port" ] || fail "no free port"
+M="127.0.0.1:$port"
+
+# 1. Environment across nodes. Node 1 starts first: it must wait for node 0.
+"$KT" run -n 2 --nnodes 2 --node-rank 1 --master "$M" "$PROBE" >"$TMP/n1.out" 2>"$TMP/n1.err" &
+p1=$!
+sleep 0.3
+"$KT" run -n 2 --nnodes 2 --node-rank 0 --master "$M" "$PROBE" >"$TMP/n0.out" 2>"$TMP/n0.err" &
+p0=$!
+wait $p0; rc0=$?
+wait $p1; rc1=$?
+expect_rc 0 $rc0 "node 0"
+expect_rc 0 $rc1 "node 1"
+cat "$TMP/n0.out" "$TMP/n1.out" >"$TMP/all.out"
+for r in 0 1 2 3; do
+  node=$((r / 2)); loc=$((r % 2))
+  f="$TMP/n$node.out"
+  line=$(grep "^\[$r\] PROBE " "$f") || fail "no PROBE line of rank $r on node $node"
+  for kv in "rank=$r" "local=$loc" "world=4" "lws=2" "group=$node" "gws=2" "role=$r" "rws=4" \
+            "maddr=127.0.0.1" "mport=$((port + 1))" "store=$M" "secret=$KAITIAN_JOB_SECRET" "met=4"; do
+    echo "$line" | grep -q " $kv\( \|$\)" || fail "rank $r: expected $kv in: $line"
+  done
+done
+[ "$(sed -n 's/.* job=\([^ ]*\).*/\1/p' "$TMP/all.out" | sort -u | wc -l)" = 1 ] || fail "job ids differ across nodes"
+grep -Eq ' job=[0-9a-f]{16} ' "$TMP/all.out" || fail "bad job id"
+
+# 2. Rank 3 (node 1) fails: node 1 exits 3 naming it, node 0 stops its ranks
+# and exits non-zero naming rank 3 too.
+port=$(free_port); M="127.0.0.1:$port"
+cmd="if [ \$RANK = 3 ]; then sleep 0.5; exit 3; fi; exec $SLEEPER 1000"
+"$KT" run -n 2 --nnodes 2 --node-rank 0 --master "$M" --grace 1 sh -c "$cmd" >"$TMP/f0.out" 2>"$TMP/f0.err" &
+p0=$!
+"$KT" run -n 2 --nnodes 2 --node-rank 1 --master "$M" --grace 1 sh -c "$cmd" >"$TMP/f1.out" 2>"$TMP/f1.err" &
+p1=$!
+t0=$(now_ms)
+wait $p1; rc1=$?
+wait $p0; rc0=$?
+t1=$(now_ms)
+expect_rc 3 $rc1 "node 1 (rank 3 exits 3)"
+expect_grep '^kaitian run: rank 3 \(pid [0-9]+\) exited with code 3$' "$TMP/f1.err" "node 1 names rank 3"
+[ "$rc0" != 0 ] || fail "node 0 exited 0 although rank 3 failed"
+expect_rc 3 $rc0 "node 0 (rank 3 failed on node 1)"
+expect_grep 'rank 3 \(pid [0-9]+\) exited with code 3' "$TMP/f0.err" "node 0 names rank 3"
+expect_grep 'node 1 failed' "$TMP/f0.err" "node 0 names node 1"
+[ $((t1 - t0)) -lt 15000 ] || fail "nodes took $((t1 - t0)) ms to stop"
+[ "$(count_marker)" = 0 ] || fail "ranks left: $(marker_pids)"
+
+# 3. Mismatched -n: node 1 refuses with a clear error; node 0 does not wait
+# for it forever.
+port=$(free_port); M="127.0.0.1:$port"
+"$KT" run -n 2 --nnodes 2 --node-rank 0 --master "$M" true >"$TMP/m0.out" 2>"$TMP/m0.err" &
+p0=$!
+"$KT" run -n 3 --nnodes 2 --node-rank 1 --master "$M" true >"$TMP/m1.out" 2>"$TMP/m1.err"
+rc1=$?
+wait $p0; rc0=$?
+expect_rc 1 $rc1 "node 1 with another -n"
+expect_grep 'node 0 runs with -n 2 --nnodes 2 but node 1 with -n 3' "$TMP/m1.err" "mismatch message"
+[ "$rc0" != 0 ] || fail "node 0 exited 0 although node 1 could not join"
+echo "PASS multinode"

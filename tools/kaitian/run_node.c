@@ -1,0 +1,172 @@
+/* run_node.c - `kaitian run` across nodes: the launchers of one job meet in
+ * the rendezvous store to check their arguments agree, to spread the first
+ * failure to every node, and to let node 0 keep the store up until all are done. */
+#include "tool.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A SIGINT/SIGTERM/SIGHUP waiting in the (blocked) signal mask, or 0. The
+ * launcher checks between slices of long waits so that Ctrl-C works while it
+ * waits for the other nodes. */
+static int pending_stop_signal(void) {
+  sigset_t set;
+  if (sigpending(&set) != 0) return 0;
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+    if (sigismember(&set, sigs[i]) == 1) return sigs[i];
+  return 0;
+}
+
+/* Wait slices: a timeout is retried until the total deadline passes. */
+#define SLICE_MS 500
+
+static kt_result interrupted(kt_run_node *n, const char *what) {
+  char tmp[16];
+  n->interrupted_by = pending_stop_signal();
+  return kt__err(KT_ERR_ABORTED, "interrupted by %s while %s",
+                 kt__run_signame(n->interrupted_by, tmp, sizeof tmp), what);
+}
+
+kt_result kt__run_node_join(kt_run_node *n, const char *host, int port, const char *secret) {
+  kt_result res;
+  char key[64], val[32];
+  int64_t count = 0;
+  size_t len = 0;
+  if (gethostname(n->host, sizeof n->host) != 0) snprintf(n->host, sizeof n->host, "?");
+  n->host[sizeof n->host - 1] = '\0';
+  int64_t timeout = kt__param_CONNECT_TIMEOUT();
+  int64_t deadline = kt__now_ms() + timeout;
+  for (;;) {
+    res = kt_store_tcp_connect(host, port, secret, SLICE_MS, &n->store);
+    if (res != KT_ERR_TIMEOUT || kt__now_ms() >= deadline) break;
+    if (pending_stop_signal()) return interrupted(n, "connecting to the rendezvous store");
+  }
+  if (res != KT_SUCCESS) {
+    kt__error_prefix("node %d cannot reach the rendezvous store of node 0 at %s:%d within "
+                     "%lld ms (KAITIAN_CONNECT_TIMEOUT; is node 0's launcher running with "
+                     "the same --master and KAITIAN_JOB_SECRET?): ",
+                     n->node_rank, host, port, (long long)timeout);
+    n->store = NULL;
+    return res;
+  }
+  snprintf(key, sizeof key, KT_RUN_KEY_NODE "%d", n->node_rank);
+  KT_CHECK_GOTO(kt_store_add(n->store, key, 1, &count), res, fail);
+  if (count != 1) {
+    res = kt__err(KT_ERR_INVALID_ARGUMENT,
+                  "another launcher already joined this job as --node-rank %d; every node "
+                  "needs its own node rank in 0..%d",
+                  n->node_rank, n->nnodes - 1);
+    goto fail;
+  }
+  snprintf(val, sizeof val, "%d %d", n->nproc, n->nnodes);
+  if (n->node_rank == 0) {
+    KT_CHECK_GOTO(kt_store_set(n->store, KT_RUN_KEY_NPROC, val, strlen(val)), res, fail);
+  } else {
+    char got[32];
+    for (;;) {
+      res = kt_store_get(n->store, KT_RUN_KEY_NPROC, got, sizeof got - 1, &len, SLICE_MS);
+      if (res != KT_ERR_TIMEOUT || kt__now_ms() >= deadline) break;
+      if (pending_stop_signal()) {
+        res = interrupted(n, "waiting for node 0 to join");
+        goto fail;
+      }
+    }
+    if (res != KT_SUCCESS) {
+      kt__error_prefix("node %d: node 0 did not publish its -n within %lld ms: ", n->node_rank,
+                       (long long)timeout);
+      goto fail;
+    }
+    got[len] = '\0';
+    if (strcmp(got, val) != 0) {
+      int p0 = 0, m0 = 0;
+      sscanf(got, "%d %d", &p0, &m0);
+      res = kt__err(KT_ERR_INVALID_ARGUMENT,
+                    "node 0 runs with -n %d --nnodes %d but node %d with -n %d --nnodes %d; "
+                    "every node must use the same values",
+                    p0, m0, n->node_rank, n->nproc, n->nnodes);
+      goto fail;
+    }
+  }
+  return KT_SUCCESS;
+fail:
+  /* Tell the nodes already running, so node 0 does not wait for us. */
+  {
+    char msg[1024], line[1400];
+    kt__error_copy(msg, sizeof msg);
+    snprintf(line, sizeof line, "kaitian run: node %d (%s) could not join the job: %s",
+             n->node_rank, n->host, msg);
+    kt__run_node_post_failure(n, line, n->interrupted_by ? 128 + n->interrupted_by : 1);
+    kt__run_node_done(n); /* this node will run nothing: node 0 need not wait for it */
+    kt__error_set_text(msg);
+  }
+  kt_store_free(n->store);
+  n->store = NULL;
+  return res;
+}
+
+void kt__run_node_post_failure(kt_run_node *n, const char *line, int status) {
+  if (!n->store) return;
+  int64_t count = 0;
+  char info[320];
+  if (kt_store_add(n->store, KT_RUN_KEY_FAILURES, 1, &count) != KT_SUCCESS) goto warn;
+  if (count != 1) return; /* another node's failure came first and is posted */
+  snprintf(info, sizeof info, "%d %d %s", n->node_rank, status, n->host);
+  /* info first: whoever sees the line key finds the info key in place. */
+  if (kt_store_set(n->store, KT_RUN_KEY_FAILED_INFO, info, strlen(info)) != KT_SUCCESS ||
+      kt_store_set(n->store, KT_RUN_KEY_FAILED, line, strlen(line)) != KT_SUCCESS)
+    goto warn;
+  n->posted = true;
+  return;
+warn:
+  kt__run_say(2, "kaitian run: warning: could not tell the other nodes about the failure: %s",
+              kt_last_error());
+}
+
+int kt__run_node_poll_failure(kt_run_node *n, char *line, size_t cap, int *status, int *node,
+                              char *host, size_t hostcap) {
+  if (!n->store || n->posted) return 0;
+  const char *keys[] = {KT_RUN_KEY_FAILED};
+  int ready = 0;
+  if (kt_store_check(n->store, keys, 1, &ready) != KT_SUCCESS) return -1;
+  if (!ready) return 0;
+  size_t len = 0;
+  char info[320];
+  if (kt_store_get(n->store, KT_RUN_KEY_FAILED, line, cap - 1, &len, 5000) != KT_SUCCESS)
+    return -1;
+  line[len] = '\0';
+  *status = 1;
+  *node = -1;
+  snprintf(host, hostcap, "?");
+  if (kt_store_get(n->store, KT_RUN_KEY_FAILED_INFO, info, sizeof info - 1, &len, 5000) ==
+      KT_SUCCESS) {
+    info[len] = '\0';
+    int off = 0;
+    if (sscanf(info, "%d %d %n", node, status, &off) == 2 && off > 0)
+      snprintf(host, hostcap, "%s", info + off);
+    if (*status <= 0 || *status > 255) *status = 1;
+  }
+  return 1;
+}
+
+void kt__run_node_done(kt_run_node *n) {
+  if (!n->store) return;
+  int64_t count;
+  if (kt_store_add(n->store, KT_RUN_KEY_DONE, 1, &count) != KT_SUCCESS && n->node_rank != 0)
+    kt__run_say(2, "kaitian run: warning: node %d could not report to the store that it is "
+                   "done (node 0 gone?): %s", n->node_rank, kt_last_error());
+}
+
+int64_t kt__run_node_done_count(kt_run_node *n) {
+  int64_t count = -1;
+  if (!n->store || kt_store_add(n->store, KT_RUN_KEY_DONE, 0, &count) != KT_SUCCESS) return -1;
+  return count;
+}
+
+void kt__run_node_leave(kt_run_node *n) {
+  if (n->store) kt_store_free(n->store);
+  n->store = NULL;
+}

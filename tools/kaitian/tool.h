@@ -1,0 +1,133 @@
+/* tool.h - the subcommands of the `kaitian` command and the launcher's
+ * internals shared by tools/kaitian/run*.c. Not installed. */
+#ifndef KT_TOOL_H
+#define KT_TOOL_H
+
+#include "common.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Subcommands. argv[0] is the subcommand's name ("run", "bench", "info").
+ * Each returns the process exit status: 0 on success, 2 on a usage error,
+ * otherwise as its own documentation says. */
+int kt_tool_run(int argc, char **argv);
+int kt_tool_bench(int argc, char **argv);
+int kt_tool_info(int argc, char **argv);
+
+/* ---- launcher internals (run.c, run_proc.c, run_output.c, run_node.c) -- */
+
+/* Store keys the launchers of one multi-node job share. */
+#define KT_RUN_KEY_FAILED "kaitian/run/failed"          /* first failure line */
+#define KT_RUN_KEY_FAILED_INFO "kaitian/run/failed_info" /* "node status host" */
+#define KT_RUN_KEY_FAILURES "kaitian/run/failures"      /* counter: who posts */
+#define KT_RUN_KEY_DONE "kaitian/run/done"              /* counter of nodes done */
+#define KT_RUN_KEY_NPROC "kaitian/run/nproc"            /* -n of node 0 */
+#define KT_RUN_KEY_NODE "kaitian/run/node/"             /* + node rank: join count */
+
+/* One output stream of one rank, forwarded line by line. */
+typedef struct kt_run_stream {
+  int fd;             /* non-blocking read end of the pipe; -1 once closed */
+  int out_fd;         /* where complete lines go: 1 or 2 */
+  char prefix[24];    /* "[R] ", or "" with --no-prefix */
+  size_t prefix_len;
+  char *buf;          /* pending bytes not yet ending in a newline */
+  size_t len, cap;
+} kt_run_stream;
+
+typedef struct kt_run_rank {
+  int rank;           /* global rank */
+  int local_rank;
+  pid_t pid;          /* also its process group id; 0 when never started */
+  bool running;       /* started and not reaped yet */
+  bool stopped;       /* the launcher sent it a signal (its exit is no failure) */
+  bool failed;        /* exited non-zero or by a signal on its own */
+  int wstatus;        /* waitpid status once reaped */
+  kt_run_stream out, err;
+} kt_run_rank;
+
+/* What to start: the program resolved before any fork, so that the child
+ * only calls async-signal-safe functions (the store server thread runs). */
+typedef struct kt_run_exec {
+  const char *path;   /* file given to execve */
+  char **argv;        /* NULL-terminated */
+  const char *name;   /* the program as the user named it, for messages */
+} kt_run_exec;
+
+/* run_output.c: line forwarding. A stream adds "[R] " before each complete
+ * line (unless prefix is false) and writes whole lines with one write each
+ * batch, so lines of different ranks never interleave mid-line. Writes to a
+ * closed stdout/stderr (EPIPE) are dropped silently. */
+KT_INTERNAL void kt__run_stream_init(kt_run_stream *s, int fd, int out_fd, int rank, bool prefix);
+/* Read what is available now and forward complete lines. Returns 1 at end of
+ * file (the fd is then closed), 0 otherwise. */
+KT_INTERNAL int kt__run_stream_pump(kt_run_stream *s);
+/* Read until the pipe is empty or at end of file, forwarding lines. */
+KT_INTERNAL void kt__run_stream_drain(kt_run_stream *s);
+/* Forward a pending partial line (a newline is added when prefixing), close
+ * the fd and free the buffer. */
+KT_INTERNAL void kt__run_stream_finish(kt_run_stream *s);
+/* Write a message of the launcher itself to fd (2 normally), whole. */
+KT_INTERNAL void kt__run_say(int fd, const char *fmt, ...) KT_PRINTF(2, 3);
+/* Write all of buf to fd, waiting on a non-blocking fd; false on EPIPE or
+ * another error (the data is dropped). */
+KT_INTERNAL bool kt__run_write_all(int fd, const char *buf, size_t len);
+
+/* run_proc.c: processes. */
+/* Start one rank: pipes for stdout/stderr (stdin is /dev/null), its own
+ * process group, PDEATHSIG=SIGKILL, envp as its whole environment. On success
+ * r->pid, r->running and r's streams are set. When execve fails in the child,
+ * returns KT_ERR_SYSTEM with the program and errno in kt_last_error() (the
+ * child has exited; it is reaped like any other). */
+KT_INTERNAL kt_result kt__run_spawn(kt_run_rank *r, const kt_run_exec *ex, char **envp,
+                                    bool prefix);
+/* Send sig to the process group of a running rank (to the pid itself when the
+ * group is gone, e.g. after the rank called setsid). Marks it stopped. */
+KT_INTERNAL void kt__run_signal_rank(kt_run_rank *r, int sig);
+/* SIGKILL every remaining descendant (the launcher is a child subreaper, so
+ * orphans of any depth become its children) and reap them all. on_reap is
+ * called for each reaped pid (may be NULL). */
+KT_INTERNAL void kt__run_kill_descendants(void (*on_reap)(pid_t pid, int wstatus, void *arg),
+                                          void *arg);
+/* Resolve prog for execve: a path with '/' as is, otherwise a PATH lookup.
+ * Returns a malloc'ed path, or NULL with the reason in kt_last_error(). */
+KT_INTERNAL char *kt__run_find_program(const char *prog);
+/* "SIGKILL" for 9, "SIG42" for unnamed ones. buf holds at least 16 bytes. */
+KT_INTERNAL const char *kt__run_signame(int sig, char *buf, size_t cap);
+/* Describe a waitpid status: "exited with code 3" / "was killed by signal 9
+ * (SIGKILL)". Returns the launcher exit code it maps to (code, or 128+sig). */
+KT_INTERNAL int kt__run_describe_status(int wstatus, char *buf, size_t cap);
+
+/* run_node.c: coordination of the launchers of a multi-node job through the
+ * rendezvous store. */
+typedef struct kt_run_node {
+  kt_store store;     /* client connection; NULL on a single node */
+  int node_rank, nnodes, nproc;
+  char host[256];     /* this machine's hostname, for messages */
+  bool posted;        /* this node posted the job's first failure */
+  int interrupted_by; /* join: the signal that interrupted it, else 0 */
+} kt_run_node;
+/* Connect to the store at host:port with secret, claim node_rank (a second
+ * launcher with the same node rank is an error) and check that node 0 uses
+ * the same -n. Fails with a message naming what disagreed; a pending
+ * SIGINT/SIGTERM/SIGHUP ends the wait with KT_ERR_ABORTED and sets
+ * interrupted_by. On failure n->store is NULL. */
+KT_INTERNAL kt_result kt__run_node_join(kt_run_node *n, const char *host, int port,
+                                        const char *secret);
+/* Publish a local failure (first one of the job wins): line is the failure
+ * line as printed, status the exit code this node will return. Errors are
+ * reported as warnings only: the local stop goes on regardless. */
+KT_INTERNAL void kt__run_node_post_failure(kt_run_node *n, const char *line, int status);
+/* Look for another node's failure. Returns 1 and fills line/status/node/host
+ * when one was posted, 0 when none, -1 when the store cannot be reached
+ * (message in kt_last_error()). */
+KT_INTERNAL int kt__run_node_poll_failure(kt_run_node *n, char *line, size_t cap, int *status,
+                                          int *node, char *host, size_t hostcap);
+/* This node's ranks are all finished: count it in KT_RUN_KEY_DONE. */
+KT_INTERNAL void kt__run_node_done(kt_run_node *n);
+/* Node 0: current KT_RUN_KEY_DONE count, -1 when the store fails. */
+KT_INTERNAL int64_t kt__run_node_done_count(kt_run_node *n);
+KT_INTERNAL void kt__run_node_leave(kt_run_node *n);
+
+#endif /* KT_TOOL_H */
