@@ -21,7 +21,8 @@ kt_result kt__reduce_scatter_ring(kt__exec *ex) {
     if (sb != rb && n) memcpy(rb, sb, n * es);
     return KT_SUCCESS;
   }
-  size_t seg = KT_MIN(n, KT_MAX((size_t)kt__param_RING_SEGMENT_BYTES() / es, (size_t)1));
+  /* p + 1 blocks of scratch in all: keep them within one segment's budget. */
+  size_t seg = KT_MIN(n, KT_MAX((size_t)kt__param_RING_SEGMENT_BYTES() / es / ((size_t)p + 1), (size_t)1));
   /* scratch: p blocks of partial sums + one receive buffer */
   char *scr = kt__scratch(c, ((size_t)p + 1) * seg * es);
   if (!scr) return KT_ERR_NO_MEMORY;
