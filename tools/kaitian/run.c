@@ -621,11 +621,15 @@ static void linger(run_state *s, int *status) {
 
 static void print_summary(run_state *s) {
   if (s->nfailed < 2) return;
-  char buf[4096];
+  char buf[1900]; /* within kt__run_say's limit */
   size_t len = 0;
   len += (size_t)snprintf(buf + len, sizeof buf - len, "kaitian run: %d ranks failed:",
                           s->nfailed);
-  for (int i = 0; i < s->nfailed && len < sizeof buf - 200; i++) {
+  for (int i = 0; i < s->nfailed; i++) {
+    if (len >= sizeof buf - 200) {
+      snprintf(buf + len, sizeof buf - len, "; and %d more", s->nfailed - i);
+      break;
+    }
     kt_run_rank *r = &s->ranks[s->fail_order[i]];
     char desc[96];
     kt__run_describe_status(r->wstatus, desc, sizeof desc);
