@@ -29,4 +29,14 @@ done
 "$KT" run -n 2 --grace 1 sh -c "setsid $SLEEPER 1000 & sleep 0.2; exit 5" >"$TMP/b.out" 2>"$TMP/b.err"
 expect_rc 5 $? "rank exits 5"
 [ "$(count_marker)" = 0 ] || fail "grandchildren survived a failed job: $(marker_pids)"
+# A descendant that writes without pause into the rank's stdout must not
+# keep the launcher from finishing once the ranks are done.
+cp "$(command -v yes)" "$TMP/${MARK}y"
+t0=$(now_ms)
+"$KT" run -n 2 sh -c "$TMP/${MARK}y & sleep 0.3; exit 0" >/dev/null 2>"$TMP/c.err"
+rc=$?
+t1=$(now_ms)
+expect_rc 0 $rc "ranks exit 0 leaving a writer behind"
+[ $((t1 - t0)) -lt 5000 ] || fail "launcher took $((t1 - t0)) ms with a writer left behind"
+[ "$(count_marker)" = 0 ] || fail "the writer survived: $(marker_pids)"
 echo "PASS grandchild"

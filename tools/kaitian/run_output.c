@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 /* Bytes read per read() call, and the longest line kept whole: a line longer
@@ -115,12 +116,17 @@ static void stream_close(kt_run_stream *s) {
   s->fd = -1;
 }
 
-int kt__run_stream_pump(kt_run_stream *s) {
-  if (s->fd < 0) return 1;
+/* One read: bytes read (> 0), 0 when the pipe is empty now, -1 at the end
+ * of the stream (the fd is then closed). */
+static ssize_t pump_once(kt_run_stream *s) {
+  if (s->fd < 0) return -1;
   if (s->cap - s->len < READ_CHUNK) {
     size_t cap = s->len + READ_CHUNK;
     char *p = realloc(s->buf, cap);
-    if (!p) {
+    if (p) {
+      s->buf = p;
+      s->cap = cap;
+    } else {
       /* Out of memory: push out what we hold, whole lines or not, and read
        * through a small buffer so the rank never blocks on a full pipe. */
       forward_lines(s, true);
@@ -131,15 +137,12 @@ int kt__run_stream_pump(kt_run_stream *s) {
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
         if (r <= 0) {
           stream_close(s);
-          return 1;
+          return -1;
         }
         kt__run_write_all(s->out_fd, s->prefix, s->prefix_len);
         kt__run_write_all(s->out_fd, tmp, (size_t)r);
-        return 0;
+        return r;
       }
-    } else {
-      s->buf = p;
-      s->cap = cap;
     }
   }
   ssize_t r;
@@ -147,26 +150,32 @@ int kt__run_stream_pump(kt_run_stream *s) {
   if (r < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
     stream_close(s); /* EIO and friends: treat as the end of the stream */
-    return 1;
+    return -1;
   }
   if (r == 0) {
     stream_close(s);
-    return 1;
+    return -1;
   }
   s->len += (size_t)r;
   forward_lines(s, false);
-  return 0;
+  return r;
 }
 
+int kt__run_stream_pump(kt_run_stream *s) { return pump_once(s) < 0; }
+
 void kt__run_stream_drain(kt_run_stream *s) {
-  /* Read while poll says there is data (or the end); a writer that is still
-   * alive but silent must not block us. */
-  while (s->fd >= 0) {
-    struct pollfd p = {.fd = s->fd, .events = POLLIN};
-    int rc;
-    KT_SYSCALL_RETRY(rc, poll(&p, 1, 0));
-    if (rc <= 0 || !(p.revents & (POLLIN | POLLHUP | POLLERR))) break;
-    if (kt__run_stream_pump(s)) break;
+  /* Read what the pipe holds now and no more: a descendant that keeps
+   * writing must not keep us here. An empty pipe whose writers are all gone
+   * reads as the end, which closes the stream. */
+  int avail = 0;
+  if (s->fd < 0) return;
+  if (ioctl(s->fd, FIONREAD, &avail) != 0 || avail < 0) avail = 0;
+  size_t got = 0;
+  for (;;) {
+    ssize_t n = pump_once(s);
+    if (n <= 0) break;
+    got += (size_t)n;
+    if (got >= (size_t)avail) break;
   }
 }
 

@@ -63,7 +63,8 @@ KT_INTERNAL void kt__run_stream_init(kt_run_stream *s, int fd, int out_fd, int r
 /* Read what is available now and forward complete lines. Returns 1 at end of
  * file (the fd is then closed), 0 otherwise. */
 KT_INTERNAL int kt__run_stream_pump(kt_run_stream *s);
-/* Read until the pipe is empty or at end of file, forwarding lines. */
+/* Read what the pipe holds now (not more: a live writer could keep it full),
+ * forwarding complete lines; an empty pipe with no writer left closes it. */
 KT_INTERNAL void kt__run_stream_drain(kt_run_stream *s);
 /* Forward a pending partial line (a newline is added when prefixing), close
  * the fd and free the buffer. */
