@@ -703,7 +703,12 @@ static int setup_job(run_state *s, job_env *je, kt_store_server *srv) {
     s->node.node_rank = o->node_rank;
     s->node.nnodes = o->nnodes;
     s->node.nproc = o->nproc;
-    if (kt__run_node_join(&s->node, o->master_host, o->master_port, je->secret) != KT_SUCCESS) {
+    /* Node 0 reaches its own store over loopback (HOST may be an address
+     * that is not routable from the host itself, e.g. behind NAT). */
+    const char *connect_host = o->master_host;
+    if (o->node_rank == 0 && !is_loopback(o->master_host))
+      connect_host = strchr(o->master_host, ':') ? "::1" : "127.0.0.1";
+    if (kt__run_node_join(&s->node, connect_host, o->master_port, je->secret) != KT_SUCCESS) {
       kt__run_say(2, "kaitian run: %s", kt_last_error());
       return s->node.interrupted_by ? 128 + s->node.interrupted_by : 1;
     }
@@ -756,6 +761,9 @@ int kt_tool_run(int argc, char **argv) {
 
   /* Block the signals we wait for before any thread exists (the store server
    * runs one), so they reach the signalfd and nothing else. */
+  /* An inherited SIG_IGN for SIGCHLD would make the kernel reap our ranks
+   * before we can see how they ended. */
+  signal(SIGCHLD, SIG_DFL);
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGCHLD);
