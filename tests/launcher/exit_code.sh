@@ -19,14 +19,14 @@ expect_rc 3 $rc "rank 1 exits 3"
 expect_grep '^kaitian run: rank 1 \(pid [0-9]+\) exited with code 3$' "$TMP/a.err" "failure line"
 [ "$(grep -c '^kaitian run: rank' "$TMP/a.err")" = 1 ] || fail "stopped ranks reported as failures"
 [ $((t1 - t0)) -ge 900 ] || fail "survivors stopped after $((t1 - t0)) ms, before the 1 s grace"
-[ $((t1 - t0)) -lt 4500 ] || fail "stopping took $((t1 - t0)) ms"
+[ $((t1 - t0)) -lt 8000 ] || fail "stopping took $((t1 - t0)) ms"
 [ "$(count_marker)" = 0 ] || fail "ranks left running: $(marker_pids)"
 
 # A survivor that fails by itself within the grace period is heard, and
 # two failures give a summary; the exit code is still the first one's.
-"$KT" run -n 3 --grace 2 sh -c "
+"$KT" run -n 3 --grace 3 sh -c "
   case \$RANK in
-    0) sleep 0.3; echo 'survivor: peer 2 is gone' >&2; exit 1;;
+    0) sleep 1; echo 'survivor: peer 2 is gone' >&2; exit 1;;
     2) exit 4;;
     *) exec $SLEEPER 1000;;
   esac" >"$TMP/b.out" 2>"$TMP/b.err"
