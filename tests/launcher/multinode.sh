@@ -2,7 +2,8 @@
 # multinode.sh - two launchers on 127.0.0.1 as two nodes of one job: the
 # environment contract across nodes (ranks of both meet in node 0's store), a
 # failure on node 1 stops node 0 (non-zero, naming the rank), a missing
-# KAITIAN_JOB_SECRET and mismatched -n are clear errors.
+# KAITIAN_JOB_SECRET and mismatched -n are clear errors, and the death of
+# node 0's launcher stops node 1.
 # Args: KAITIAN_CLI STORE_PROBE
 . "$(dirname "$0")/lib.sh" "$@"
 PROBE=${2:?store probe program}
@@ -73,4 +74,17 @@ wait $p0; rc0=$?
 expect_rc 1 $rc1 "node 1 with another -n"
 expect_grep 'node 0 runs with -n 2 --nnodes 2 but node 1 with -n 3' "$TMP/m1.err" "mismatch message"
 [ "$rc0" != 0 ] || fail "node 0 exited 0 although node 1 could not join"
+# 4. Node 0's launcher dies: node 1 notices the store is gone and stops.
+port=$(free_port); M="127.0.0.1:$port"
+"$KT" run -n 1 --nnodes 2 --node-rank 0 --master "$M" "$SLEEPER" 1000 >"$TMP/k0.out" 2>"$TMP/k0.err" &
+p0=$!
+"$KT" run -n 1 --nnodes 2 --node-rank 1 --master "$M" --grace 1 "$SLEEPER" 1001 >"$TMP/k1.out" 2>"$TMP/k1.err" &
+p1=$!
+wait_marker 4 10 || fail "expected 2 launchers + 2 ranks, have $(count_marker)"
+kill -9 $p0
+wait $p0
+wait $p1
+expect_rc 1 $? "node 1 after node 0 died"
+expect_grep 'node 1 lost the rendezvous store' "$TMP/k1.err" "store lost message"
+wait_marker 0 5 || fail "ranks left after node 0 died: $(marker_pids)"
 echo "PASS multinode"

@@ -513,6 +513,7 @@ static void poll_remote(run_state *s) {
     kt__run_say(2, "kaitian run: node %d lost the rendezvous store at %s (did node 0's launcher "
                    "exit?): %s; stopping the local ranks", s->o.node_rank, s->store_addr,
                 kt_last_error());
+    kt__run_node_leave(&s->node); /* nothing more to tell a store that is gone */
     record_failure(s, "", 1, false);
     return;
   }
