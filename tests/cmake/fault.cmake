@@ -1,0 +1,64 @@
+# fault.cmake - failure behaviour: a rank killed mid-collective, timeouts,
+# mismatched operations, kt_comm_abort, use of a broken communicator, and
+# ranks that exit normally at different times. Each test runs fault_prog
+# (tests/fault/fault_prog.c) under `kaitian run` from a shell script that
+# checks what every rank and the launcher reported. See docs/failures.md.
+kt_add_test_exe(fault_prog ${KT_TEST_DIR}/fault/fault_prog.c)
+
+set(KT_FAULT_DIR ${KT_TEST_DIR}/fault)
+set(KT_FAULT_PROG $<TARGET_FILE:fault_prog>)
+
+# kt_fault_test(name timeout_s procs script args...)
+function(kt_fault_test name timeout procs script)
+  add_test(NAME fault.${name} COMMAND sh ${KT_FAULT_DIR}/${script} ${KT_CLI} ${KT_FAULT_PROG} ${ARGN})
+  set_tests_properties(fault.${name} PROPERTIES TIMEOUT ${timeout} LABELS "fault" PROCESSORS ${procs})
+endfunction()
+
+# 1. SIGKILL of one rank in the middle of a 16M-float allreduce.
+kt_fault_test(kill.np3.rank2 240 3 kill_peer.sh 3 2 16777216 3)
+kt_fault_test(kill.np4.rank2 240 4 kill_peer.sh 4 2 16777216 5)
+kt_fault_test(kill.np3.rank0 240 3 kill_peer.sh 3 0 16777216 3)
+kt_fault_test(kill.np4.rank0 240 4 kill_peer.sh 4 0 16777216 5)
+
+# 2. A rank that never joins: KT_ERR_TIMEOUT after KAITIAN_TIMEOUT (2 s).
+foreach(np 2 3)
+  kt_fault_test(timeout.np${np} 120 ${np} scenario.sh --np ${np} --max-s 30 --grace 20
+    --env KAITIAN_TIMEOUT=2000 -- timeout sleeper=1 sleep_ms=4000 expect_ms=2000)
+endforeach()
+
+# 3. Mismatched operations fail on every rank, quickly, never hang (the
+#    timeout is far beyond the time allowed).
+foreach(kind bcast bcastroot1 count countlarge)
+  kt_fault_test(mismatch.np2.${kind} 120 2 scenario.sh --np 2 --max-s 30
+    --env KAITIAN_TIMEOUT=60000 -- mismatch kind=${kind})
+endforeach()
+kt_fault_test(mismatch.np3.count 120 3 scenario.sh --np 3 --max-s 30
+  --env KAITIAN_TIMEOUT=60000 -- mismatch kind=count)
+kt_fault_test(mismatch.np3.bcast 120 3 scenario.sh --np 3 --max-s 30
+  --env KAITIAN_TIMEOUT=60000 -- mismatch kind=bcast)
+
+# 4. kt_comm_abort from another thread releases the waiters; the peers that
+#    were not taking part notice at their next collective.
+foreach(mode blocking nonblocking)
+  foreach(np 2 3)
+    kt_fault_test(abort.np${np}.${mode} 120 ${np} scenario.sh --np ${np} --max-s 30
+      --env KAITIAN_TIMEOUT=20000 -- abort mode=${mode} wait_ms=3000)
+  endforeach()
+endforeach()
+
+# 5. After a peer died (SIGKILL, or exit without kt_comm_destroy), every
+#    further operation fails at once and kt_comm_destroy works.
+kt_fault_test(deadpeer.np3.kill 120 3 scenario.sh --np 3 --rc 137 --ok 0,1 --max-s 30
+  --grace 20 --env KAITIAN_TIMEOUT=60000
+  --grep "rank 2 \\(pid [0-9]+\\) was killed by signal 9" -- deadpeer victim=2 mode=kill)
+kt_fault_test(deadpeer.np3.exit 120 3 scenario.sh --np 3 --ok 0,1 --max-s 30
+  --env KAITIAN_TIMEOUT=60000 -- deadpeer victim=2 mode=exit)
+kt_fault_test(deadpeer.np4.kill0 120 4 scenario.sh --np 4 --rc 137 --ok 1,2,3 --max-s 30
+  --grace 20 --env KAITIAN_TIMEOUT=60000
+  --grep "rank 0 \\(pid [0-9]+\\) was killed by signal 9" -- deadpeer victim=0 mode=kill)
+
+# 6. Normal exits at different times are not failures.
+kt_fault_test(graceful.late_destroy 120 3 scenario.sh --np 3 --max-s 30
+  --nogrep "[Ff]ail|WARN" -- graceful kind=late_destroy)
+kt_fault_test(graceful.p2p 120 3 scenario.sh --np 3 --max-s 30
+  --nogrep "[Ff]ail|WARN" -- graceful kind=p2p)

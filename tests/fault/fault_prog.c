@@ -1,0 +1,686 @@
+/* fault_prog.c - rank program of the failure-behaviour tests: one scenario per
+ * run (dead peer, timeout, mismatch, abort, use after failure, graceful exit),
+ * started by `kaitian run` from the scripts in tests/fault/.
+ *
+ * Usage: fault_prog SCENARIO [key=value ...]
+ *   killloop   dir=D [count=N]        loop allreduces until a peer is killed
+ *   deadpeer   victim=V mode=kill|exit   V dies after a barrier
+ *   timeout    sleeper=S sleep_ms=T expect_ms=E
+ *   mismatch   kind=bcast|bcastroot1|count|countlarge
+ *   abort      mode=blocking|nonblocking [wait_ms=T]
+ *   graceful   kind=late_destroy|p2p
+ * Unknown keys (the scripts pass mark=<unique marker>, to find leftover
+ * processes by their command line) are ignored.
+ *
+ * Output, one line each, parsed by the scripts (the launcher adds "[R] "):
+ *   stdout  FAULT_STARTED rank=R            killloop: first allreduce checked
+ *   stdout  FAULT_OK rank=R <what>          every check of this rank passed
+ *   stderr  FAULT_ERROR rank=R t_ms=T elapsed_ms=E code=NAME msg=TEXT
+ *   stderr  FAULT_CHECK_FAILED rank=R: reason
+ * Exit status: 0 when every check passed (killloop survivors: 3, since they
+ * lost a peer), 1 when a check failed, 2 on a usage or setup error. */
+#include "kaitian.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int g_rank = -1, g_size = 0;
+static int g_failed; /* checks that failed on this rank */
+static int g_argc;
+static char **g_argv;
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static int64_t realtime_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int64_t ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+/* "KT_ERR_TIMEOUT" out of kt_strerror's "KT_ERR_TIMEOUT: operation timed out". */
+static const char *code_name(kt_result r, char *buf, size_t cap) {
+  const char *s = kt_strerror(r);
+  size_t n = strcspn(s, ":");
+  snprintf(buf, cap, "%.*s", (int)n, s);
+  return buf;
+}
+
+static void check_failed(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void check_failed(const char *fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "FAULT_CHECK_FAILED rank=%d: %s\n", g_rank, msg);
+  fflush(stderr);
+  g_failed++;
+}
+
+/* Print the error a call returned, with the wall-clock time (compared by the
+ * scripts with the time they killed a peer). */
+static void report_error(const char *what, kt_result r, const char *msg, int64_t elapsed) {
+  char name[64];
+  fprintf(stderr, "FAULT_ERROR rank=%d t_ms=%lld elapsed_ms=%lld code=%s op=%s msg=%s\n", g_rank,
+          (long long)realtime_ms(), (long long)elapsed, code_name(r, name, sizeof name), what, msg);
+  fflush(stderr);
+}
+
+/* Does msg name "rank R" (R not followed by another digit)? */
+static bool names_rank(const char *msg, int r) {
+  char pat[32];
+  int n = snprintf(pat, sizeof pat, "rank %d", r);
+  for (const char *p = strstr(msg, pat); p; p = strstr(p + 1, pat))
+    if (p[n] < '0' || p[n] > '9') return true;
+  return false;
+}
+
+/* Does msg name some rank other than self? */
+static bool names_other_rank(const char *msg, int self) {
+  for (int r = 0; r < g_size; r++)
+    if (r != self && names_rank(msg, r)) return true;
+  return false;
+}
+
+static const char *arg(const char *key, const char *def) {
+  size_t n = strlen(key);
+  for (int i = 2; i < g_argc; i++)
+    if (!strncmp(g_argv[i], key, n) && g_argv[i][n] == '=') return g_argv[i] + n + 1;
+  return def;
+}
+
+static long arg_int(const char *key, long def) {
+  const char *v = arg(key, NULL);
+  if (!v) return def;
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (*end || end == v) {
+    fprintf(stderr, "fault_prog: bad value %s=%s\n", key, v);
+    exit(2);
+  }
+  return x;
+}
+
+static float *alloc_floats(size_t n, float value) {
+  float *p = malloc(n * sizeof *p);
+  if (!p) {
+    fprintf(stderr, "fault_prog rank %d: out of memory (%zu floats)\n", g_rank, n);
+    exit(2);
+  }
+  for (size_t i = 0; i < n; i++) p[i] = value;
+  return p;
+}
+
+/* Every element equals want; reports the first wrong one. */
+static bool check_floats(const char *what, const float *p, size_t n, float want) {
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] != want) {
+      check_failed("%s: element %zu is %g, expected %g", what, i, (double)p[i], (double)want);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* ---- after a failure: the communicator is broken ------------------------ */
+
+/* Once comm failed with code, every further operation must return the same
+ * code at once (the header: "every later operation returns the same error"),
+ * kt_comm_get_error must report it, and kt_comm_destroy must return. peer is a
+ * rank to address point-to-point operations to (a live one, so that only the
+ * broken state can make them fail). */
+static void use_after_failure(kt_comm comm, kt_result code, int peer) {
+  enum { N = 64 };
+  float a[N * 64], b[N * 64];
+  char want[64], got[64];
+  memset(a, 0, sizeof a);
+  memset(b, 0, sizeof b);
+  for (int step = 0; step < 12; step++) {
+    const char *what = "?";
+    kt_request req = NULL;
+    kt_comm sub = NULL;
+    int64_t t0 = mono_ms();
+    kt_result r = KT_SUCCESS;
+    switch (step) {
+      case 0: what = "allreduce"; r = kt_allreduce(a, b, N, KT_FLOAT32, KT_SUM, comm); break;
+      case 1: what = "broadcast"; r = kt_broadcast(a, b, N, KT_FLOAT32, 0, comm); break;
+      case 2: what = "reduce"; r = kt_reduce(a, b, N, KT_FLOAT32, KT_SUM, 0, comm); break;
+      case 3: what = "allgather"; r = kt_allgather(a, b, N, KT_FLOAT32, comm); break;
+      case 4: what = "barrier"; r = kt_barrier(comm); break;
+      case 5: what = "alltoall"; r = kt_alltoall(a, b, 1, KT_FLOAT32, comm); break;
+      case 6: what = "send"; r = kt_send(a, 4, KT_FLOAT32, peer, 1, comm); break;
+      case 7: what = "recv"; r = kt_recv(b, 4, KT_FLOAT32, peer, 1, comm); break;
+      case 8:
+        what = "iallreduce+wait";
+        r = kt_iallreduce(a, b, N, KT_FLOAT32, KT_SUM, comm, &req);
+        if (r == KT_SUCCESS) r = kt_wait(req);
+        break;
+      case 9:
+        what = "ibarrier+wait";
+        r = kt_ibarrier(comm, &req);
+        if (r == KT_SUCCESS) r = kt_wait(req);
+        break;
+      case 10:
+        what = "comm_split";
+        r = kt_comm_split(comm, 0, g_rank, &sub);
+        if (sub) kt_comm_destroy(sub);
+        break;
+      case 11:
+        what = "reduce_scatter";
+        r = kt_reduce_scatter(a, b, 1, KT_FLOAT32, KT_SUM, comm);
+        break;
+    }
+    int64_t dt = mono_ms() - t0;
+    const char *msg = kt_last_error();
+    if (r != code)
+      check_failed("after the failure, %s returned %s, expected the communicator's error %s (%s)",
+                   what, code_name(r, got, sizeof got), code_name(code, want, sizeof want), msg);
+    else if (!msg[0])
+      check_failed("after the failure, %s returned %s with an empty kt_last_error()", what,
+                   code_name(r, got, sizeof got));
+    if (dt > 500)
+      check_failed("after the failure, %s took %lld ms to return its error (expected at once)",
+                   what, (long long)dt);
+  }
+  kt_result ge = kt_comm_get_error(comm);
+  if (ge != code)
+    check_failed("kt_comm_get_error returned %s, expected %s", code_name(ge, got, sizeof got),
+                 code_name(code, want, sizeof want));
+  else if (!kt_last_error()[0])
+    check_failed("kt_comm_get_error returned %s but left kt_last_error() empty",
+                 code_name(ge, got, sizeof got));
+}
+
+/* Destroy must return (and succeed) even on a broken communicator. */
+static void destroy_checked(kt_comm comm) {
+  int64_t t0 = mono_ms();
+  kt_result r = kt_comm_destroy(comm);
+  int64_t dt = mono_ms() - t0;
+  char name[64];
+  if (r != KT_SUCCESS)
+    check_failed("kt_comm_destroy returned %s: %s", code_name(r, name, sizeof name), kt_last_error());
+  if (dt > 3000) check_failed("kt_comm_destroy took %lld ms", (long long)dt);
+}
+
+static int finish(const char *what, int ok_status) {
+  if (g_failed) return 1;
+  printf("FAULT_OK rank=%d %s\n", g_rank, what);
+  fflush(stdout);
+  return ok_status;
+}
+
+/* A survivor's first error: it must be a peer failure naming victim. */
+static void expect_peer_failed(kt_result r, const char *msg, int victim) {
+  char name[64];
+  if (r == KT_SUCCESS) {
+    check_failed("the operation succeeded although rank %d is dead", victim);
+    return;
+  }
+  if (r != KT_ERR_PEER_FAILED)
+    check_failed("expected KT_ERR_PEER_FAILED for the death of rank %d, got %s: %s", victim,
+                 code_name(r, name, sizeof name), msg);
+  if (!names_rank(msg, victim))
+    check_failed("the error does not name the dead rank (\"rank %d\"): %s", victim, msg);
+}
+
+/* ---- scenarios ---------------------------------------------------------- */
+
+/* Test 1: loop large allreduces until the script kills a rank. */
+static int scenario_killloop(kt_comm comm) {
+  const char *dir = arg("dir", NULL);
+  size_t count = (size_t)arg_int("count", 16L << 20);
+  if (!dir) {
+    fprintf(stderr, "fault_prog killloop: dir= is required\n");
+    return 2;
+  }
+  char path[4096], tmp[4200];
+  snprintf(path, sizeof path, "%s/pid.%d", dir, g_rank);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
+    fprintf(stderr, "fault_prog rank %d: cannot write %s: %s\n", g_rank, path, strerror(errno));
+    return 2;
+  }
+  float *in = alloc_floats(count, (float)(g_rank + 1));
+  float *out = alloc_floats(count, 0.0f);
+  float want = (float)g_size * (float)(g_size + 1) / 2.0f;
+  int64_t start = mono_ms();
+  for (long it = 0;; it++) {
+    int64_t t0 = mono_ms();
+    kt_result r = kt_allreduce(in, out, count, KT_FLOAT32, KT_SUM, comm);
+    if (r != KT_SUCCESS) {
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", kt_last_error());
+      report_error("allreduce", r, msg, mono_ms() - t0);
+      /* Which rank died is the script's knowledge; it checks the name. */
+      if (r != KT_ERR_PEER_FAILED) {
+        char name[64];
+        check_failed("expected KT_ERR_PEER_FAILED after a peer was killed, got %s: %s",
+                     code_name(r, name, sizeof name), msg);
+      }
+      int peer = -1;
+      for (int p = 0; p < g_size && peer < 0; p++)
+        if (p != g_rank && !names_rank(msg, p)) peer = p;
+      use_after_failure(comm, r, peer >= 0 ? peer : (g_rank + 1) % g_size);
+      destroy_checked(comm);
+      int st = finish("killloop: peer failure reported, broken communicator behaved", 3);
+      /* Let the launcher reap the killed rank first: its status is the job's. */
+      sleep_ms(300);
+      return st;
+    }
+    if (it == 0) {
+      if (!check_floats("first allreduce", out, count, want)) return 1;
+      printf("FAULT_STARTED rank=%d\n", g_rank);
+      fflush(stdout);
+    }
+    if (mono_ms() - start > 120000) {
+      check_failed("no error after 120 s of allreduces: was no rank killed?");
+      return 1;
+    }
+  }
+}
+
+/* Test 5: a peer dies right after a barrier; the survivors' communicator
+ * breaks, and stays broken. */
+static int scenario_deadpeer(kt_comm comm) {
+  int victim = (int)arg_int("victim", g_size - 1);
+  const char *mode = arg("mode", "kill");
+  kt_result r = kt_barrier(comm);
+  if (r != KT_SUCCESS) {
+    check_failed("barrier before the failure failed: %s", kt_last_error());
+    return 1;
+  }
+  if (g_rank == victim) {
+    /* Die only once the others are surely past the barrier: a death noticed
+     * while they still wait in it would (rightly) fail the barrier. */
+    sleep_ms(500);
+    fflush(stdout);
+    fflush(stderr);
+    if (!strcmp(mode, "kill")) raise(SIGKILL);
+    _exit(0); /* mode=exit: leave without kt_comm_destroy (no goodbye) */
+  }
+  enum { N = 1 << 16 };
+  float *in = alloc_floats(N, 1.0f), *out = alloc_floats(N, 0.0f);
+  int64_t t0 = mono_ms();
+  r = kt_allreduce(in, out, N, KT_FLOAT32, KT_SUM, comm);
+  int64_t dt = mono_ms() - t0;
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", kt_last_error());
+  if (r != KT_SUCCESS) report_error("allreduce", r, msg, dt);
+  expect_peer_failed(r, msg, victim);
+  if (dt > 10000) check_failed("the dead peer was noticed after %lld ms (limit 10000)", (long long)dt);
+  if (r != KT_SUCCESS) {
+    int peer = (g_rank + 1) % g_size;
+    if (peer == victim) peer = (peer + 1) % g_size;
+    use_after_failure(comm, r, peer);
+  }
+  destroy_checked(comm);
+  free(in);
+  free(out);
+  return finish("deadpeer: error naming the dead rank, then a broken communicator", 0);
+}
+
+/* Test 2: one rank never calls the collective; the others time out. */
+static int scenario_timeout(kt_comm comm) {
+  int sleeper = (int)arg_int("sleeper", 1);
+  int64_t sleep_for = arg_int("sleep_ms", 4000);
+  int64_t expect = arg_int("expect_ms", 2000);
+  enum { N = 1024 };
+  float *in = alloc_floats(N, 1.0f), *out = alloc_floats(N, 0.0f);
+  char msg[1024], name[64];
+  if (g_rank == sleeper) {
+    sleep_ms(sleep_for);
+    int64_t t0 = mono_ms();
+    kt_result r = kt_allreduce(in, out, N, KT_FLOAT32, KT_SUM, comm);
+    int64_t dt = mono_ms() - t0;
+    snprintf(msg, sizeof msg, "%s", kt_last_error());
+    if (r == KT_SUCCESS) {
+      check_failed("the late rank's allreduce succeeded although the others gave up");
+    } else {
+      report_error("allreduce (late)", r, msg, dt);
+      if (dt > 1500)
+        check_failed("the late rank took %lld ms to learn that the others failed (expected at "
+                     "once, from their abort notices)", (long long)dt);
+      if (!names_other_rank(msg, g_rank))
+        check_failed("the late rank's error names no other rank: %s", msg);
+    }
+    destroy_checked(comm);
+    return finish("timeout: late rank got an error at once", 0);
+  }
+  int64_t t0 = mono_ms();
+  kt_result r = kt_allreduce(in, out, N, KT_FLOAT32, KT_SUM, comm);
+  int64_t dt = mono_ms() - t0;
+  snprintf(msg, sizeof msg, "%s", kt_last_error());
+  if (r == KT_SUCCESS) {
+    check_failed("allreduce succeeded although rank %d never called it", sleeper);
+  } else {
+    report_error("allreduce", r, msg, dt);
+    if (r != KT_ERR_TIMEOUT)
+      check_failed("expected KT_ERR_TIMEOUT, got %s: %s", code_name(r, name, sizeof name), msg);
+    if (dt < expect * 3 / 4 || dt > expect + 3000)
+      check_failed("timed out after %lld ms; KAITIAN_TIMEOUT is %lld ms (accepted %lld..%lld)",
+                   (long long)dt, (long long)expect, (long long)(expect * 3 / 4),
+                   (long long)(expect + 3000));
+    if (!strstr(msg, "KAITIAN_TIMEOUT"))
+      check_failed("the timeout message does not name the variable KAITIAN_TIMEOUT: %s", msg);
+    if (!names_other_rank(msg, g_rank))
+      check_failed("the timeout message does not name the rank it waited for: %s", msg);
+    if (g_size == 2 && !names_rank(msg, sleeper))
+      check_failed("the timeout message does not name rank %d, the only peer: %s", sleeper, msg);
+    use_after_failure(comm, r, sleeper);
+  }
+  destroy_checked(comm);
+  return finish("timeout: KT_ERR_TIMEOUT naming the rank and KAITIAN_TIMEOUT", 0);
+}
+
+/* Test 3: ranks issue different operations; every rank must get an error. */
+static int scenario_mismatch(kt_comm comm) {
+  const char *kind = arg("kind", "bcast");
+  size_t count = 100, count1 = 100;
+  bool bcast = false;
+  int root = 0;
+  if (!strcmp(kind, "bcast")) {
+    bcast = true;
+  } else if (!strcmp(kind, "bcastroot1")) {
+    bcast = true;
+    root = 1;
+  } else if (!strcmp(kind, "count")) {
+    count1 = 200;
+  } else if (!strcmp(kind, "countlarge")) {
+    count = 1 << 20;
+    count1 = (1 << 20) + 64;
+  } else {
+    fprintf(stderr, "fault_prog mismatch: unknown kind=%s\n", kind);
+    return 2;
+  }
+  size_t n = count > count1 ? count : count1;
+  float *in = alloc_floats(n, 1.0f), *out = alloc_floats(n, 0.0f);
+  const char *what;
+  int64_t t0 = mono_ms();
+  kt_result r;
+  if (g_rank == 1 && bcast) {
+    what = "broadcast";
+    r = kt_broadcast(in, out, count, KT_FLOAT32, root, comm);
+  } else {
+    what = "allreduce";
+    r = kt_allreduce(in, out, g_rank == 1 ? count1 : count, KT_FLOAT32, KT_SUM, comm);
+  }
+  int64_t dt = mono_ms() - t0;
+  char msg[1024], name[64];
+  snprintf(msg, sizeof msg, "%s", kt_last_error());
+  /* The root of a broadcast only sends: its call may complete before anyone
+   * looks at the data. The mismatch must then surface in its next call. */
+  bool send_only = bcast && g_rank == root && g_rank == 1;
+  if (r == KT_SUCCESS && send_only) {
+    printf("rank %d: %s completed (send-only root); the mismatch must fail the next call\n",
+           g_rank, what);
+    what = "barrier (after the send-only broadcast)";
+    t0 = mono_ms();
+    r = kt_barrier(comm);
+    dt = mono_ms() - t0;
+    snprintf(msg, sizeof msg, "%s", kt_last_error());
+  }
+  if (r == KT_SUCCESS) {
+    check_failed("%s succeeded although rank 1 issued a different operation (%s)", what, kind);
+  } else {
+    report_error(what, r, msg, dt);
+    bool ok = r == KT_ERR_MISMATCH || r == KT_ERR_PEER_FAILED || r == KT_ERR_ABORTED;
+    if (!ok)
+      check_failed("expected KT_ERR_MISMATCH (or the abort notice of the rank that saw it), got "
+                   "%s: %s", code_name(r, name, sizeof name), msg);
+    if (!names_other_rank(msg, g_rank))
+      check_failed("the mismatch error names no other rank: %s", msg);
+    if (dt > 5000) check_failed("the mismatch took %lld ms to be reported", (long long)dt);
+  }
+  destroy_checked(comm);
+  free(in);
+  free(out);
+  return finish("mismatch: error on every rank", 0);
+}
+
+/* Test 4: kt_comm_abort from another thread. */
+typedef struct abort_ctx {
+  kt_comm comm;
+  bool queue_one;       /* issue a request behind the blocked operation first */
+  float *a, *b;
+  int64_t t_abort;      /* mono ms when kt_comm_abort was called */
+  kt_result queued_r, abort_r;
+  int64_t queued_dt;    /* ms from abort to the queued request's completion */
+  char queued_msg[1024];
+} abort_ctx;
+
+static void *abort_thread(void *arg) {
+  abort_ctx *x = arg;
+  kt_request req = NULL;
+  sleep_ms(300); /* the main thread is blocked in its collective by now */
+  kt_result ir = KT_SUCCESS;
+  if (x->queue_one) ir = kt_iallreduce(x->a, x->b, 64, KT_FLOAT32, KT_SUM, x->comm, &req);
+  sleep_ms(500);
+  x->t_abort = mono_ms();
+  x->abort_r = kt_comm_abort(x->comm);
+  if (x->queue_one) {
+    if (ir != KT_SUCCESS) {
+      x->queued_r = ir;
+      snprintf(x->queued_msg, sizeof x->queued_msg, "kt_iallreduce failed to issue: %s",
+               kt_last_error());
+      return NULL;
+    }
+    x->queued_r = kt_wait(req);
+    x->queued_dt = mono_ms() - x->t_abort;
+    snprintf(x->queued_msg, sizeof x->queued_msg, "%s", kt_last_error());
+  }
+  return NULL;
+}
+
+static int scenario_abort(kt_comm comm) {
+  const char *mode = arg("mode", "blocking");
+  int64_t wait_for = arg_int("wait_ms", 3000);
+  bool blocking = !strcmp(mode, "blocking");
+  enum { N = 64 };
+  float a[N], b[N], c[N], d[N];
+  for (int i = 0; i < N; i++) a[i] = c[i] = 1.0f;
+  char name[64], msg[1024];
+  if (g_rank != 0) {
+    /* Not participating: rank 0 aborts meanwhile; our next collective must
+     * fail (abort notice or closed connection), not hang. */
+    sleep_ms(wait_for);
+    int64_t t0 = mono_ms();
+    kt_result r = kt_allreduce(a, b, N, KT_FLOAT32, KT_SUM, comm);
+    int64_t dt = mono_ms() - t0;
+    snprintf(msg, sizeof msg, "%s", kt_last_error());
+    if (r == KT_SUCCESS) {
+      check_failed("allreduce succeeded although rank 0 aborted its communicator");
+    } else {
+      report_error("allreduce (after peer's abort)", r, msg, dt);
+      if (r == KT_ERR_TIMEOUT)
+        check_failed("the peer's abort was not noticed: timed out instead: %s", msg);
+      if (dt > 1500)
+        check_failed("took %lld ms to notice rank 0's abort (expected at once)", (long long)dt);
+      if (!names_rank(msg, 0)) check_failed("the error does not name rank 0: %s", msg);
+    }
+    destroy_checked(comm);
+    return finish("abort: the aborting peer was noticed", 0);
+  }
+  abort_ctx x = {.comm = comm, .queue_one = blocking, .a = c, .b = d};
+  pthread_t th;
+  kt_request first = NULL, second = NULL;
+  kt_result r2 = KT_SUCCESS;
+  if (!blocking) {
+    /* Both requests run on the progress thread; the first blocks. */
+    if (kt_iallreduce(a, b, N, KT_FLOAT32, KT_SUM, comm, &first) != KT_SUCCESS ||
+        kt_iallreduce(c, d, N, KT_FLOAT32, KT_SUM, comm, &second) != KT_SUCCESS) {
+      check_failed("cannot issue the non-blocking allreduces: %s", kt_last_error());
+      return 1;
+    }
+  }
+  if (pthread_create(&th, NULL, abort_thread, &x) != 0) {
+    fprintf(stderr, "fault_prog: pthread_create failed\n");
+    return 2;
+  }
+  int64_t t0 = mono_ms();
+  kt_result r = blocking ? kt_allreduce(a, b, N, KT_FLOAT32, KT_SUM, comm) : kt_wait(first);
+  int64_t t_ret = mono_ms();
+  snprintf(msg, sizeof msg, "%s", kt_last_error());
+  if (!blocking) {
+    r2 = kt_wait(second);
+    int64_t t2 = mono_ms();
+    snprintf(x.queued_msg, sizeof x.queued_msg, "%s", kt_last_error());
+    pthread_join(th, NULL);
+    x.queued_r = r2;
+    x.queued_dt = t2 - x.t_abort;
+  } else {
+    pthread_join(th, NULL);
+  }
+  if (x.abort_r != KT_SUCCESS) check_failed("kt_comm_abort returned %s", code_name(x.abort_r, name, sizeof name));
+  const char *waiter = blocking ? "blocked kt_allreduce" : "kt_wait on the blocked kt_iallreduce";
+  if (r != KT_SUCCESS) report_error(waiter, r, msg, t_ret - t0);
+  if (r != KT_ERR_ABORTED)
+    check_failed("%s returned %s, expected KT_ERR_ABORTED: %s", waiter, code_name(r, name, sizeof name), msg);
+  if (t_ret < x.t_abort)
+    check_failed("%s returned before kt_comm_abort was called: %s", waiter, msg);
+  else if (t_ret - x.t_abort > 1000)
+    check_failed("%s returned %lld ms after kt_comm_abort (expected promptly)", waiter,
+                 (long long)(t_ret - x.t_abort));
+  if (x.queued_r == KT_SUCCESS)
+    check_failed("the request queued behind the blocked one succeeded after kt_comm_abort");
+  else
+    report_error("kt_wait (queued request)", x.queued_r, x.queued_msg, x.queued_dt);
+  if (x.queued_dt > 1500)
+    check_failed("the queued request completed %lld ms after kt_comm_abort", (long long)x.queued_dt);
+  /* Later operations fail at once with the abort. */
+  use_after_failure(comm, KT_ERR_ABORTED, 1);
+  destroy_checked(comm);
+  return finish(blocking ? "abort: blocked waiter and queued request released"
+                         : "abort: waiting requests released", 0);
+}
+
+/* Test 6: ranks that finish at different times are not failures. */
+static int scenario_graceful(kt_comm comm) {
+  const char *kind = arg("kind", "late_destroy");
+  char name[64];
+  if (!strcmp(kind, "late_destroy")) {
+    size_t n = 1 << 20;
+    float *in = alloc_floats(n, (float)(g_rank + 1)), *out = alloc_floats(n, 0.0f);
+    kt_result r = kt_allreduce(in, out, n, KT_FLOAT32, KT_SUM, comm);
+    if (r != KT_SUCCESS)
+      check_failed("allreduce failed: %s: %s", code_name(r, name, sizeof name), kt_last_error());
+    else
+      check_floats("allreduce", out, n, (float)g_size * (float)(g_size + 1) / 2.0f);
+    if (g_rank == 0) {
+      sleep_ms(2000); /* the others have destroyed theirs and exited meanwhile */
+      kt_result e = kt_comm_get_error(comm);
+      if (e != KT_SUCCESS)
+        check_failed("the communicator broke while the other ranks exited normally: %s: %s",
+                     code_name(e, name, sizeof name), kt_last_error());
+    }
+    destroy_checked(comm);
+    free(in);
+    free(out);
+    return finish("graceful: late destroy", 0);
+  }
+  if (strcmp(kind, "p2p") != 0) {
+    fprintf(stderr, "fault_prog graceful: unknown kind=%s\n", kind);
+    return 2;
+  }
+  if (g_size < 3) {
+    fprintf(stderr, "fault_prog graceful kind=p2p needs 3 ranks\n");
+    return 2;
+  }
+  size_t n = 1 << 20;
+  if (g_rank >= 2) { /* leaves at once, normally */
+    destroy_checked(comm);
+    return finish("graceful: left early", 0);
+  }
+  float *buf = alloc_floats(n, 0.0f);
+  kt_result r;
+  if (g_rank == 1) {
+    sleep_ms(2000);
+    for (size_t i = 0; i < n; i++) buf[i] = (float)(i % 1000);
+    r = kt_send(buf, n, KT_FLOAT32, 0, 7, comm);
+    if (r != KT_SUCCESS)
+      check_failed("send to rank 0 failed: %s: %s", code_name(r, name, sizeof name), kt_last_error());
+    r = kt_recv(buf, n, KT_FLOAT32, 0, 8, comm);
+    if (r != KT_SUCCESS) {
+      check_failed("recv from rank 0 failed: %s: %s", code_name(r, name, sizeof name), kt_last_error());
+    } else {
+      for (size_t i = 0; i < n; i++)
+        if (buf[i] != (float)(2 * (i % 1000))) {
+          check_failed("reply element %zu is %g, expected %g", i, (double)buf[i], (double)(2 * (i % 1000)));
+          break;
+        }
+    }
+  } else {
+    int64_t t0 = mono_ms();
+    r = kt_recv(buf, n, KT_FLOAT32, 1, 7, comm);
+    int64_t dt = mono_ms() - t0;
+    if (r != KT_SUCCESS) {
+      check_failed("recv from rank 1 (alive, sending after 2 s) failed while rank 2 exited "
+                   "normally: %s: %s", code_name(r, name, sizeof name), kt_last_error());
+    } else {
+      for (size_t i = 0; i < n; i++)
+        if (buf[i] != (float)(i % 1000)) {
+          check_failed("received element %zu is %g, expected %g", i, (double)buf[i], (double)(i % 1000));
+          break;
+        }
+      if (dt < 1000) check_failed("recv returned after %lld ms, before rank 1 sent (test broken?)", (long long)dt);
+      for (size_t i = 0; i < n; i++) buf[i] *= 2.0f;
+      r = kt_send(buf, n, KT_FLOAT32, 1, 8, comm);
+      if (r != KT_SUCCESS)
+        check_failed("reply to rank 1 failed: %s: %s", code_name(r, name, sizeof name), kt_last_error());
+    }
+    kt_result e = kt_comm_get_error(comm);
+    if (e != KT_SUCCESS)
+      check_failed("communicator broken after rank 2's normal exit: %s", kt_last_error());
+  }
+  destroy_checked(comm);
+  free(buf);
+  return finish("graceful: p2p survived a third rank's exit", 0);
+}
+
+int main(int argc, char **argv) {
+  g_argc = argc;
+  g_argv = argv;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc < 2) {
+    fprintf(stderr, "usage: fault_prog SCENARIO [key=value ...] (see the file's head)\n");
+    return 2;
+  }
+  kt_comm comm = NULL;
+  kt_result r = kt_comm_init_env(&comm);
+  if (r != KT_SUCCESS) {
+    fprintf(stderr, "fault_prog: kt_comm_init_env failed: %s: %s\n", kt_strerror(r), kt_last_error());
+    return 2;
+  }
+  kt_comm_rank(comm, &g_rank);
+  kt_comm_size(comm, &g_size);
+  const char *s = argv[1];
+  if (!strcmp(s, "killloop")) return scenario_killloop(comm);
+  if (!strcmp(s, "deadpeer")) return scenario_deadpeer(comm);
+  if (!strcmp(s, "timeout")) return scenario_timeout(comm);
+  if (!strcmp(s, "mismatch")) return scenario_mismatch(comm);
+  if (!strcmp(s, "abort")) return scenario_abort(comm);
+  if (!strcmp(s, "graceful")) return scenario_graceful(comm);
+  fprintf(stderr, "fault_prog: unknown scenario '%s'\n", s);
+  kt_comm_destroy(comm);
+  return 2;
+}
