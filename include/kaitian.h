@@ -213,6 +213,23 @@ KT_API kt_result kt_wait(kt_request req);
 /* *done = 1 when complete (then kt_wait returns at once), 0 otherwise. */
 KT_API kt_result kt_test(kt_request req, int *done);
 
+/* Completion queues: one thread can wait for many requests at once (the
+ * PyTorch binding completes its futures this way). A request registered with
+ * kt_request_notify posts its tag to the queue when it completes (at once if it
+ * already has); the request still belongs to the caller, who frees it with
+ * kt_wait (which then returns immediately with the op's result). */
+typedef struct kt_cq_s *kt_cq;
+KT_API kt_result kt_cq_create(kt_cq *cq);
+/* Free the queue. No request may still be registered with it. */
+KT_API void kt_cq_destroy(kt_cq cq);
+/* Post tag when req completes. At most one queue per request. */
+KT_API kt_result kt_request_notify(kt_request req, kt_cq cq, uint64_t tag);
+/* Post tag now (e.g. to wake the waiting thread for shutdown). */
+KT_API kt_result kt_cq_post(kt_cq cq, uint64_t tag);
+/* Take the oldest tag, waiting up to timeout_ms (negative: forever);
+ * KT_ERR_TIMEOUT when none came. */
+KT_API kt_result kt_cq_wait(kt_cq cq, uint64_t *tag, int64_t timeout_ms);
+
 /* ------------------------------------------------------------------------ */
 /* Collectives                                                               */
 /* ------------------------------------------------------------------------ */

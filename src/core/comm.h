@@ -62,6 +62,8 @@ struct kt_request_s {
   struct kt_comm_s *comm;
   struct kt_request_s *next;    /* progress queue link */
   atomic_int done;
+  struct kt_cq_s *cq;           /* notified on completion (guarded by comm->mu) */
+  uint64_t cq_tag;
   kt_result result;
   char errmsg[1024];
 };
@@ -116,6 +118,9 @@ KT_INTERNAL void kt__comm_fail(struct kt_comm_s *c, kt_result r);
 /* Hand op to the communicator's ordered execution (src/core/progress.c).
  * req_out NULL: blocking. Takes ownership of op's count arrays. */
 KT_INTERNAL kt_result kt__issue(struct kt_comm_s *c, kt__op *op, kt_request *req_out);
+
+/* Post a completion tag (src/core/cq.c). */
+KT_INTERNAL void kt__cq_push(struct kt_cq_s *cq, uint64_t tag);
 
 /* Execute one op now on the calling thread (collective dispatch). */
 KT_INTERNAL kt_result kt__execute(struct kt_comm_s *c, const kt__op *op);

@@ -60,6 +60,7 @@ static void *progress_main(void *arg) {
     c->busy = false;
     req->result = r;
     atomic_store_explicit(&req->done, 1, memory_order_release);
+    if (req->cq) kt__cq_push(req->cq, req->cq_tag);
     pthread_cond_broadcast(&c->cv);
   }
   pthread_mutex_unlock(&c->mu);
@@ -151,4 +152,19 @@ void kt__progress_stop(struct kt_comm_s *c) {
   bool started = c->thread_started;
   pthread_mutex_unlock(&c->mu);
   if (started) pthread_join(c->thread, NULL);
+}
+
+kt_result kt_request_notify(kt_request req, kt_cq cq, uint64_t tag) {
+  if (!req || !cq) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_request_notify: request or queue is NULL");
+  struct kt_comm_s *c = req->comm;
+  pthread_mutex_lock(&c->mu);
+  if (req->cq) {
+    pthread_mutex_unlock(&c->mu);
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_request_notify: request already has a queue", c->rank);
+  }
+  req->cq = cq;
+  req->cq_tag = tag;
+  if (atomic_load_explicit(&req->done, memory_order_acquire)) kt__cq_push(cq, tag);
+  pthread_mutex_unlock(&c->mu);
+  return KT_SUCCESS;
 }
