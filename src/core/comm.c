@@ -209,7 +209,7 @@ static int cmp_split(const void *a, const void *b) {
 
 kt_result kt_comm_split(kt_comm comm, int color, int key, kt_comm *newcomm) {
   kt__clear_error();
-  if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_comm_split: comm is NULL");
+  if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank ?: kt_comm_split: comm is NULL");
   if (!newcomm)
     return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_split: newcomm is NULL", comm->rank);
   if (color < 0 && color != KT_SPLIT_NOCOLOR)
@@ -254,7 +254,7 @@ exit:
 }
 
 kt_result kt_comm_abort(kt_comm comm) {
-  if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_comm_abort: comm is NULL");
+  if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank ?: kt_comm_abort: comm is NULL");
   atomic_store(&comm->aborted, 1);
   uint64_t one = 1;
   ssize_t w = write(comm->abort_fd, &one, sizeof one);
@@ -273,7 +273,7 @@ kt_result kt_comm_abort(kt_comm comm) {
 KT_INTERNAL void kt__progress_stop(struct kt_comm_s *c);
 
 kt_result kt_comm_destroy(kt_comm comm) {
-  if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_comm_destroy: comm is NULL");
+  if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank ?: kt_comm_destroy: comm is NULL");
   kt__progress_stop(comm); /* waits for issued operations to finish */
   kt_result broken = (kt_result)atomic_load(&comm->broken);
   if (broken != KT_SUCCESS) {
@@ -287,19 +287,21 @@ kt_result kt_comm_destroy(kt_comm comm) {
 }
 
 kt_result kt_comm_rank(kt_comm comm, int *rank) {
-  if (!comm || !rank) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_comm_rank: comm or rank is NULL");
+  if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank ?: kt_comm_rank: comm is NULL");
+  if (!rank) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_rank: rank is NULL", comm->rank);
   *rank = comm->rank;
   return KT_SUCCESS;
 }
 
 kt_result kt_comm_size(kt_comm comm, int *size) {
-  if (!comm || !size) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_comm_size: comm or size is NULL");
+  if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank ?: kt_comm_size: comm is NULL");
+  if (!size) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_size: size is NULL", comm->rank);
   *size = comm->size;
   return KT_SUCCESS;
 }
 
 kt_result kt_comm_get_error(kt_comm comm) {
-  if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_comm_get_error: comm is NULL");
+  if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank ?: kt_comm_get_error: comm is NULL");
   kt_result r = (kt_result)atomic_load(&comm->broken);
   if (r != KT_SUCCESS) {
     pthread_mutex_lock(&comm->mu);

@@ -123,7 +123,7 @@ kt_result kt__issue(struct kt_comm_s *c, kt__op *op, kt_request *req_out) {
 }
 
 kt_result kt_wait(kt_request req) {
-  if (!req) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_wait: request is NULL");
+  if (!req) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank ?: kt_wait: request is NULL");
   struct kt_comm_s *c = req->comm;
   if (!atomic_load_explicit(&req->done, memory_order_acquire)) {
     pthread_mutex_lock(&c->mu);
@@ -139,7 +139,8 @@ kt_result kt_wait(kt_request req) {
 }
 
 kt_result kt_test(kt_request req, int *done) {
-  if (!req || !done) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_test: request or done is NULL");
+  if (!req) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank ?: kt_test: request is NULL");
+  if (!done) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_test: done is NULL", req->comm->rank);
   *done = atomic_load_explicit(&req->done, memory_order_acquire);
   return KT_SUCCESS;
 }

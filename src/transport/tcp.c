@@ -333,6 +333,24 @@ kt_result kt__net_progress(kt__exec *ex, bool block) {
   return KT_SUCCESS;
 }
 
+kt_result kt__net_check_peers(kt__exec *ex) {
+  struct kt_comm_s *c = ex->comm;
+  struct kt__tcp *t = c->tcp;
+  if (!t || t->nranks == 1) return KT_SUCCESS;
+  int n = 0;
+  for (int i = 0; i < t->nranks; i++) {
+    if (t->peers[i].ctrl_fd < 0) continue;
+    t->pfds[n] = (struct pollfd){t->peers[i].ctrl_fd, POLLIN, 0};
+    t->pfd_peer[n++] = i;
+  }
+  int r;
+  KT_SYSCALL_RETRY(r, poll(t->pfds, (nfds_t)n, 0));
+  if (r <= 0) return KT_SUCCESS;
+  for (int k = 0; k < n; k++)
+    if (t->pfds[k].revents) KT_CHECK(handle_ctrl(ex, t->pfd_peer[k]));
+  return KT_SUCCESS;
+}
+
 kt_result kt__net_wait(kt__exec *ex, kt__xfer *x) {
   while (!x->complete) KT_CHECK(kt__net_progress(ex, true));
   return KT_SUCCESS;

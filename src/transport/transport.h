@@ -42,6 +42,10 @@ KT_INTERNAL kt_result kt__net_post(kt__exec *ex, kt__xfer *x);
  * nothing moved, wait until something can (or the deadline, an abort, a dead
  * peer). Returns an error naming the peer and op on failure. */
 KT_INTERNAL kt_result kt__net_progress(kt__exec *ex, bool block);
+/* Without waiting: has a peer died or aborted since we last looked? Run at
+ * the start of every operation so that a rank never starts an op on a
+ * communicator its peers have already given up. */
+KT_INTERNAL kt_result kt__net_check_peers(kt__exec *ex);
 /* Progress until x (or all n of xs) complete. */
 KT_INTERNAL kt_result kt__net_wait(kt__exec *ex, kt__xfer *x);
 KT_INTERNAL kt_result kt__net_waitall(kt__exec *ex, kt__xfer *xs, int n);
