@@ -21,9 +21,14 @@ kt_fault_test(kill.np3.rank0 240 3 kill_peer.sh 3 0 16777216 3)
 kt_fault_test(kill.np4.rank0 240 4 kill_peer.sh 4 0 16777216 5)
 
 # 2. A rank that never joins: KT_ERR_TIMEOUT after KAITIAN_TIMEOUT (2 s).
+#    timeout.npN checks the ranks that waited (the late rank must only not
+#    hang); timeout.npN.late_rank also requires the late rank's collective to
+#    fail, since its peers gave up on it and sent their abort notices.
 foreach(np 2 3)
   kt_fault_test(timeout.np${np} 120 ${np} scenario.sh --np ${np} --max-s 30 --grace 20
-    --env KAITIAN_TIMEOUT=2000 -- timeout sleeper=1 sleep_ms=4000 expect_ms=2000)
+    --env KAITIAN_TIMEOUT=2000 -- timeout sleeper=1 sleep_ms=4000 expect_ms=2000 strict=0)
+  kt_fault_test(timeout.np${np}.late_rank 120 ${np} scenario.sh --np ${np} --max-s 30 --grace 20
+    --env KAITIAN_TIMEOUT=2000 -- timeout sleeper=1 sleep_ms=4000 expect_ms=2000 strict=1)
 endforeach()
 
 # 3. Mismatched operations fail on every rank, quickly, never hang (the
@@ -37,14 +42,19 @@ kt_fault_test(mismatch.np3.count 120 3 scenario.sh --np 3 --max-s 30
 kt_fault_test(mismatch.np3.bcast 120 3 scenario.sh --np 3 --max-s 30
   --env KAITIAN_TIMEOUT=60000 -- mismatch kind=bcast)
 
-# 4. kt_comm_abort from another thread releases the waiters; the peers that
-#    were not taking part notice at their next collective.
+# 4. kt_comm_abort from another thread releases the waiters (abort.npN.mode);
+#    the peers that were not taking part must notice at their next
+#    collective (abort.npN.peer_notices: it fails, not succeeds or hangs).
 foreach(mode blocking nonblocking)
   foreach(np 2 3)
     kt_fault_test(abort.np${np}.${mode} 120 ${np} scenario.sh --np ${np} --max-s 30
-      --env KAITIAN_TIMEOUT=20000 -- abort mode=${mode} wait_ms=3000)
+      --env KAITIAN_TIMEOUT=20000 -- abort mode=${mode} wait_ms=3000 strict=0)
   endforeach()
 endforeach()
+kt_fault_test(abort.np2.peer_notices 120 2 scenario.sh --np 2 --max-s 30
+  --env KAITIAN_TIMEOUT=20000 -- abort mode=blocking wait_ms=3000 strict=1)
+kt_fault_test(abort.np3.peer_notices 120 3 scenario.sh --np 3 --max-s 30
+  --env KAITIAN_TIMEOUT=20000 -- abort mode=nonblocking wait_ms=3000 strict=1)
 
 # 5. After a peer died (SIGKILL, or exit without kt_comm_destroy), every
 #    further operation fails at once and kt_comm_destroy works.

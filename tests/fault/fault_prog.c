@@ -5,9 +5,9 @@
  * Usage: fault_prog SCENARIO [key=value ...]
  *   killloop   dir=D [count=N]        loop allreduces until a peer is killed
  *   deadpeer   victim=V mode=kill|exit   V dies after a barrier
- *   timeout    sleeper=S sleep_ms=T expect_ms=E
+ *   timeout    sleeper=S sleep_ms=T expect_ms=E [strict=0|1]
  *   mismatch   kind=bcast|bcastroot1|count|countlarge
- *   abort      mode=blocking|nonblocking [wait_ms=T]
+ *   abort      mode=blocking|nonblocking [wait_ms=T] [strict=0|1]
  *   graceful   kind=late_destroy|p2p
  * Unknown keys (the scripts pass mark=<unique marker>, to find leftover
  * processes by their command line) are ignored.
@@ -229,6 +229,19 @@ static int finish(const char *what, int ok_status) {
   return ok_status;
 }
 
+/* A rank that comes late to a collective its peers already gave up on
+ * (timeout, abort) must fail it: they sent it their abort notice. With
+ * strict=0 a success is only reported (FAULT_NOTE), so that the other checks
+ * of the scenario stay visible on their own; strict=1 (default) fails. */
+static void late_success(const char *what) {
+  if (arg_int("strict", 1)) {
+    check_failed("%s", what);
+  } else {
+    fprintf(stderr, "FAULT_NOTE rank=%d: %s (not checked here: strict=0)\n", g_rank, what);
+    fflush(stderr);
+  }
+}
+
 /* A survivor's first error: it must be a peer failure naming victim. */
 static void expect_peer_failed(kt_result r, const char *msg, int victim) {
   char name[64];
@@ -355,7 +368,7 @@ static int scenario_timeout(kt_comm comm) {
     int64_t dt = mono_ms() - t0;
     snprintf(msg, sizeof msg, "%s", kt_last_error());
     if (r == KT_SUCCESS) {
-      check_failed("the late rank's allreduce succeeded although the others gave up");
+      late_success("the late rank's allreduce succeeded although the others gave up");
     } else {
       report_error("allreduce (late)", r, msg, dt);
       if (dt > 1500)
@@ -509,7 +522,7 @@ static int scenario_abort(kt_comm comm) {
     int64_t dt = mono_ms() - t0;
     snprintf(msg, sizeof msg, "%s", kt_last_error());
     if (r == KT_SUCCESS) {
-      check_failed("allreduce succeeded although rank 0 aborted its communicator");
+      late_success("allreduce succeeded although rank 0 aborted its communicator");
     } else {
       report_error("allreduce (after peer's abort)", r, msg, dt);
       if (r == KT_ERR_TIMEOUT)

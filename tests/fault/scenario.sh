@@ -45,7 +45,7 @@ wait_launcher $((MAX_S + 30))
 t1=$(now_ms)
 cat "$TMP/job.err" "$TMP/job.out" >"$TMP/all.log"
 echo "scenario '$what' on $NP ranks: launcher exit $LRC after $((t1 - t0)) ms"
-grep -h 'FAULT_ERROR\|FAULT_OK\|FAULT_CHECK_FAILED' "$TMP/all.log"
+grep -h 'FAULT_ERROR\|FAULT_OK\|FAULT_NOTE\|FAULT_CHECK_FAILED' "$TMP/all.log"
 
 if grep -q FAULT_CHECK_FAILED "$TMP/job.err"; then
   fail "'$what': a rank's check failed (FAULT_CHECK_FAILED above)"
