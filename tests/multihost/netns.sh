@@ -1,0 +1,258 @@
+#!/bin/sh
+# netns.sh - multi-host test on one machine: three network namespaces
+# ("nodes", each with its own host name) joined by veth pairs to a bridge in a
+# fourth namespace, one link delayed with netem where the kernel has it. In
+# each node `kaitian run -n 2 --nnodes N --node-rank K --master 10.X.Y.1:PORT`
+# runs, with one shared KAITIAN_JOB_SECRET.
+# MODE jobs (PROGRAM: coll_test, optional):
+#   1. kaitian bench -c 1 -b 8 -e 1M on 3 nodes, every collective, 0 wrong;
+#   2. coll_test --quick on 3 nodes (when built);
+#   3. 2 nodes with KAITIAN_SOCKET_IFNAME set to the veth name (bench);
+#   4. 2 nodes with KAITIAN_SOCKET_IFNAME naming no interface: every launcher
+#      must fail, quickly, with a message naming the variable.
+#   Every launcher must exit 0 in 1-3.
+# MODE kill (PROGRAM: fault_prog): a rank of node 2 is killed by SIGKILL in
+#   the middle of allreduces: every launcher must exit non-zero naming it, and
+#   every survivor must report KT_ERR_PEER_FAILED naming the dead rank.
+# After each job no process may remain in any node. Namespaces, bridge and
+# veths are always removed (trap EXIT); the test checks that none is left.
+# Needs root; exits 77 (skipped) only where `ip netns add` fails.
+# Args: KAITIAN_CLI MODE [PROGRAM]
+set -u
+KT=${1:?usage: $0 KAITIAN_CLI jobs|kill [PROGRAM]}
+MODE=${2:?usage: $0 KAITIAN_CLI jobs|kill [PROGRAM]}
+PROG=${3:-}
+case "$MODE" in
+  jobs) COLL=$PROG ;;
+  kill) FAULT=$PROG; [ -x "$FAULT" ] || { echo "FAIL: mode kill needs fault_prog, got '$FAULT'" >&2; exit 1; } ;;
+  *) echo "FAIL: unknown mode '$MODE'" >&2; exit 1 ;;
+esac
+[ -x "$KT" ] || { echo "FAIL: $KT is not executable" >&2; exit 1; }
+KT=$(cd "$(dirname "$KT")" && pwd)/$(basename "$KT")
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/kt_multihost.XXXXXX")
+P="kt$$"                       # prefix of every namespace of this run
+NS_BR="${P}br"
+X=$(( ($$ / 250) % 250 + 1 ))  # 10.X.Y.0/24, from the pid: unique per run
+Y=$(( $$ % 250 + 1 ))
+NET="10.$X.$Y"
+PORT=29400
+JOB_LIMIT=240                  # seconds a job may take before it counts as hung
+
+command -v ip >/dev/null 2>&1 || { echo "SKIP: no 'ip' command (iproute2)"; exit 77; }
+if ! err=$(ip netns add "$NS_BR" 2>&1); then
+  echo "SKIP: cannot create a network namespace ('ip netns add' failed: $err); this test needs root"
+  rm -rf "$TMP"
+  exit 77
+fi
+
+node_ns() { echo "${P}$1"; }  # node 0,1,2 -> kt<pid>0..2
+
+kill_ns_procs() {
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$P"); do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+  done
+}
+
+cleanup() {
+  rc=$?
+  kill_ns_procs
+  sleep 0.2
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$P"); do
+    ip netns del "$ns" 2>/dev/null || echo "warning: cannot delete namespace $ns" >&2
+  done
+  left=$(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$P" | tr '\n' ' ')
+  if [ -n "$left" ]; then
+    echo "FAIL: namespaces left behind: $left" >&2
+    rc=1
+  fi
+  rm -rf "$TMP"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$TMP"/*.out "$TMP"/*.err; do
+    [ -f "$f" ] || continue
+    echo "---- $(basename "$f") (last 40 lines)" >&2
+    tail -n 40 "$f" >&2
+  done
+  exit 1
+}
+
+step() { echo "== $*"; }
+must() { "$@" || fail "setup step failed: $*"; }
+
+# ---- the network ------------------------------------------------------------
+step "creating namespaces ${P}0..2 and $NS_BR, bridge, veths, $NET.1-3/24"
+must ip -n "$NS_BR" link add br0 type bridge
+must ip -n "$NS_BR" link set lo up
+must ip -n "$NS_BR" link set br0 up
+for k in 0 1 2; do
+  ns=$(node_ns $k)
+  must ip netns add "$ns"
+  must ip -n "$NS_BR" link add "p$k" type veth peer name ktv0 netns "$ns"
+  must ip -n "$NS_BR" link set "p$k" master br0
+  must ip -n "$NS_BR" link set "p$k" up
+  must ip -n "$ns" link set lo up
+  must ip -n "$ns" addr add "$NET.$((k + 1))/24" dev ktv0
+  must ip -n "$ns" link set ktv0 up
+done
+# Make one link feel like a network (1 ms each way on node 2's port).
+if tc -n "$NS_BR" qdisc add dev p2 root netem delay 1ms 2>"$TMP/tc.log"; then
+  echo "node 2's link delayed by 1 ms (netem)"
+else
+  echo "note: netem is not available ($(head -n 1 "$TMP/tc.log")); links are not delayed"
+fi
+
+# ---- jobs -------------------------------------------------------------------
+
+# start_node K NNODES OUTNAME [VAR=VALUE ...] -- PROGRAM ARGS...: start the
+# launcher of node K in its namespace, with its own host name (UTS namespace),
+# in the background; its pid goes to $TMP/OUTNAME.K.pid.
+start_node() {
+  k=$1 nn=$2 name=$3
+  shift 3
+  envs=""
+  while [ "$1" != "--" ]; do envs="$envs $1"; shift; done
+  shift
+  # shellcheck disable=SC2086
+  ip netns exec "$(node_ns "$k")" unshare --uts sh -c 'hostname "$0" && exec "$@"' "ktnode$k" \
+    env KAITIAN_JOB_SECRET="$SECRET" $envs \
+    "$KT" run -n 2 --nnodes "$nn" --node-rank "$k" --master "$NET.1:$PORT" "$@" \
+    >"$TMP/$name.$k.out" 2>"$TMP/$name.$k.err" &
+  echo $! >"$TMP/$name.$k.pid"
+}
+
+# wait_nodes NAME NNODES LIMIT_S: wait for the launchers; sets RC_0.. and fails
+# when one is still running after LIMIT_S seconds.
+wait_nodes() {
+  name=$1 nn=$2 limit=$3
+  i=0
+  while :; do
+    running=0
+    for k in $(seq 0 $((nn - 1))); do
+      pid=$(cat "$TMP/$name.$k.pid")
+      st=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
+      [ -n "$st" ] && [ "$st" != Z ] && running=$((running + 1))
+    done
+    [ $running = 0 ] && break
+    i=$((i + 1))
+    [ $i -gt $((limit * 10)) ] && fail "$name: $running launcher(s) still running after $limit s (hang?)"
+    sleep 0.1
+  done
+  for k in $(seq 0 $((nn - 1))); do
+    wait "$(cat "$TMP/$name.$k.pid")"
+    eval "RC_$k=$?"
+  done
+}
+
+# Nothing of a finished job may live on in any node.
+check_no_procs() {
+  for k in 0 1 2; do
+    left=$(ip netns pids "$(node_ns $k)" | tr '\n' ' ')
+    [ -z "$left" ] || fail "$1: processes left in node $k after its launcher exited: $left"
+  done
+}
+
+new_secret() { SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n'); }
+
+# run_ok NAME NNODES [VAR=VALUE ...] -- PROGRAM ARGS...: every launcher exits 0.
+run_ok() {
+  name=$1 nn=$2
+  shift 2
+  new_secret
+  t0=$(date +%s)
+  for k in $(seq 0 $((nn - 1))); do start_node "$k" "$nn" "$name" "$@"; done
+  wait_nodes "$name" "$nn" $JOB_LIMIT
+  for k in $(seq 0 $((nn - 1))); do
+    eval "rc=\$RC_$k"
+    [ "$rc" = 0 ] || fail "$name: the launcher of node $k exited $rc"
+  done
+  check_no_procs "$name"
+  echo "$name: all $nn launchers exited 0 in $(( $(date +%s) - t0 )) s"
+}
+
+if [ "$MODE" = jobs ]; then
+step "1. kaitian bench, 3 nodes x 2 ranks, every collective, checked"
+run_ok bench 3 -- "$KT" bench -c 1 -b 8 -e 1M -n 5 -w 1
+grep -q '^\[0\] # wrong values: 0 OK' "$TMP/bench.0.out" ||
+  fail "bench: rank 0 did not report '# wrong values: 0 OK'"
+grep -q '#wrong\|wrong values' "$TMP/bench.0.out" || fail "bench: no result table"
+for c in allreduce broadcast reduce allgather reduce_scatter alltoall gather scatter sendrecv barrier; do
+  grep -qi "$c" "$TMP/bench.0.out" || fail "bench: no table for $c in rank 0's output"
+done
+grep -h '^\[0\] # average bus bandwidth' "$TMP/bench.0.out"
+
+if [ -n "$COLL" ] && [ -x "$COLL" ]; then
+  step "2. coll_test --quick, 3 nodes x 2 ranks"
+  run_ok coll 3 KAITIAN_TIMEOUT=120000 -- "$COLL" --quick
+else
+  echo "note: coll_test not given or not built ('$COLL'); step 2 skipped"
+fi
+
+step "3. kaitian bench, 2 nodes x 2 ranks, KAITIAN_SOCKET_IFNAME=ktv0"
+run_ok ifname 2 KAITIAN_SOCKET_IFNAME=ktv0 -- "$KT" bench -c 1 -b 8 -e 256K -n 3 -w 1
+grep -q '^\[0\] # wrong values: 0 OK' "$TMP/ifname.0.out" ||
+  fail "ifname: rank 0 did not report '# wrong values: 0 OK'"
+
+step "4. KAITIAN_SOCKET_IFNAME=ktnosuchif: every launcher fails, naming the variable"
+new_secret
+t0=$(date +%s)
+for k in 0 1; do
+  start_node $k 2 badif KAITIAN_SOCKET_IFNAME=ktnosuchif KAITIAN_CONNECT_TIMEOUT=20000 -- \
+    "$KT" bench -b 8 -e 8 -n 1 -w 0
+done
+wait_nodes badif 2 60
+for k in 0 1; do
+  eval "rc=\$RC_$k"
+  [ "$rc" != 0 ] || fail "badif: the launcher of node $k exited 0 with no usable interface"
+done
+cat "$TMP"/badif.*.err | grep -q KAITIAN_SOCKET_IFNAME ||
+  fail "badif: no message names KAITIAN_SOCKET_IFNAME"
+check_no_procs badif
+echo "badif: launchers exited $RC_0 and $RC_1 in $(( $(date +%s) - t0 )) s"
+
+fi
+
+if [ "$MODE" = kill ]; then
+  step "SIGKILL of a rank of node 2 in the middle of allreduces"
+  new_secret
+  mkdir -p "$TMP/kill"
+  for k in 0 1 2; do
+    start_node $k 3 kill KAITIAN_TIMEOUT=60000 -- "$FAULT" killloop "dir=$TMP/kill" count=1048576
+  done
+  i=0
+  while [ "$(cat "$TMP"/kill.*.out 2>/dev/null | grep -c FAULT_STARTED)" -lt 6 ]; do
+    i=$((i + 1))
+    [ $i -gt 1200 ] && fail "kill: the 6 ranks did not all start within 120 s"
+    sleep 0.1
+  done
+  vpid=$(cat "$TMP/kill/pid.5")
+  sleep 0.3
+  kill_s=$(date +%s)
+  kill -9 "$vpid" || fail "kill: cannot kill rank 5 (pid $vpid)"
+  wait_nodes kill 3 60
+  for k in 0 1 2; do
+    eval "rc=\$RC_$k"
+    [ "$rc" != 0 ] || fail "kill: the launcher of node $k exited 0 although rank 5 was killed"
+  done
+  grep -q "rank 5 (pid $vpid) was killed by signal 9" "$TMP/kill.2.err" ||
+    fail "kill: node 2's launcher does not name rank 5 as killed by signal 9"
+  for k in 0 1; do
+    grep -q "rank 5 (pid $vpid) was killed by signal 9" "$TMP/kill.$k.err" ||
+      fail "kill: node $k's launcher does not repeat the failing rank's line"
+  done
+  for r in 0 1 2 3 4; do
+    line=$(cat "$TMP"/kill.*.err | grep -m1 "^\[$r\] FAULT_ERROR ") ||
+      fail "kill: rank $r printed no error after rank 5 died"
+    echo "$line" | grep -Eq 'code=KT_ERR_PEER_FAILED .*rank 5([^0-9]|$)' ||
+      fail "kill: rank $r's error is not a peer failure naming rank 5: $line"
+    echo "  $line" | cut -c1-300
+  done
+  check_no_procs kill
+  echo "kill: every launcher exited non-zero ($RC_0 $RC_1 $RC_2), survivors named rank 5"
+fi
+
+echo "PASS multihost netns $MODE"
