@@ -39,9 +39,10 @@ exit 0
 # Passing runs with -c: every collective table must appear and every row count
 # 0 wrong elements. Arguments after the script: ranks, then bench options.
 set(KT_BENCH_PASS [=[
+kt=$1
 np=$2
 shift 2
-out=$("$1" run --no-prefix -n "$np" "$1" bench --csv -n 2 -w 1 -c 2 "$@" 2>&1)
+out=$("$kt" run --no-prefix -n "$np" "$kt" bench --csv -n 2 -w 1 -c 2 "$@" 2>&1)
 rc=$?
 printf '%s\n' "$out"
 fail() { echo "TEST FAILED: $*"; exit 1; }

@@ -470,9 +470,12 @@ static void print_row(const bench *b, int c, size_t bytes, size_t count, double 
 
 static void print_table_head(const bench *b, int c) {
   if (b->rank != 0 || b->o.csv) return;
-  printf("#\n# %s%s, busbw = algbw x %s = %.3f\n", colls[c].name,
-         c == C_SENDRECV ? " (send to rank+1, receive from rank-1)" : "", colls[c].bus_text,
-         bus_factor(colls[c].bus, b->nranks));
+  if (c == C_BARRIER)
+    printf("#\n# barrier (no data: only the time means something)\n");
+  else
+    printf("#\n# %s%s, busbw = algbw x %s = %.3f\n", colls[c].name,
+           c == C_SENDRECV ? " (send to rank+1, receive from rank-1)" : "", colls[c].bus_text,
+           bus_factor(colls[c].bus, b->nranks));
   if (c == C_SENDRECV && b->o.inplace) printf("# sendrecv runs out of place (-I ignored)\n");
   printf("#%11s %12s %9s %6s %5s %11s %7s %7s %7s\n", "size", "count", "type", "redop", "root",
          "time", "algbw", "busbw", "#wrong");
@@ -558,7 +561,7 @@ static int setup(bench *b) {
   kt_result r = kt_comm_init_env(&b->comm);
   if (r != KT_SUCCESS) {
     fprintf(stderr, "kaitian bench: creating the communicator from the environment failed: "
-            "%s: %s\n(kaitian bench runs in each rank: kaitian run -n N kaitian bench ...)\n",
+            "%s: %s\n",
             kt_strerror(r), kt_last_error());
     b->comm = NULL;
     return 1;
