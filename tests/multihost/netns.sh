@@ -108,6 +108,14 @@ fi
 
 # ---- jobs -------------------------------------------------------------------
 
+# Each node gets its own host name (a UTS namespace), as separate hosts have.
+UTS="unshare --uts"
+if ! unshare --uts true 2>/dev/null; then
+  UTS=""
+  echo "note: 'unshare --uts' does not work here; the nodes share the host name"
+fi
+export UTS
+
 # start_node K NNODES OUTNAME [VAR=VALUE ...] -- PROGRAM ARGS...: start the
 # launcher of node K in its namespace, with its own host name (UTS namespace),
 # in the background; its pid goes to $TMP/OUTNAME.K.pid.
@@ -118,7 +126,7 @@ start_node() {
   while [ "$1" != "--" ]; do envs="$envs $1"; shift; done
   shift
   # shellcheck disable=SC2086
-  ip netns exec "$(node_ns "$k")" unshare --uts sh -c 'hostname "$0" && exec "$@"' "ktnode$k" \
+  ip netns exec "$(node_ns "$k")" $UTS sh -c '[ -z "$UTS" ] || hostname "$0" && exec "$@"' "ktnode$k" \
     env KAITIAN_JOB_SECRET="$SECRET" $envs \
     "$KT" run -n 2 --nnodes "$nn" --node-rank "$k" --master "$NET.1:$PORT" "$@" \
     >"$TMP/$name.$k.out" 2>"$TMP/$name.$k.err" &
@@ -156,7 +164,11 @@ check_no_procs() {
   done
 }
 
-new_secret() { SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n'); }
+# Each job gets a new secret and its own store port (PORT+1 is MASTER_PORT).
+new_secret() {
+  SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  PORT=$((PORT + 2))
+}
 
 # run_ok NAME NNODES [VAR=VALUE ...] -- PROGRAM ARGS...: every launcher exits 0.
 run_ok() {
