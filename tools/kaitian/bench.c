@@ -176,7 +176,7 @@ static bool parse_dtype(const char *s, kt_dtype *out) {
 
 static bool parse_op(const char *s, kt_op *out) {
   for (int op = 0; op < KT_NUM_OPS; op++)
-    if (strcmp(s, bd_op_name(op)) == 0) { *out = (kt_op)op; return true; }
+    if (strcmp(s, kt__bench_op_name(op)) == 0) { *out = (kt_op)op; return true; }
   fprintf(stderr, "kaitian bench: unknown op '%s' (sum prod min max avg band bor bxor)\n", s);
   return false;
 }
@@ -184,7 +184,10 @@ static bool parse_op(const char *s, kt_op *out) {
 static bool parse_colls(const char *s, unsigned *out) {
   unsigned mask = 0;
   char buf[256];
-  if (strlen(s) >= sizeof buf) { fprintf(stderr, "kaitian bench: -C list too long\n"); return false; }
+  if (strlen(s) >= sizeof buf) {
+    fprintf(stderr, "kaitian bench: -C list too long\n");
+    return false;
+  }
   strcpy(buf, s);
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     int c;
@@ -263,9 +266,9 @@ static bool check_options(const options *o) {
             (unsigned long long)o->minbytes, (unsigned long long)o->maxbytes);
     return false;
   }
-  if (o->op >= KT_BAND && (bd_is_float(o->dtype))) {
+  if (o->op >= KT_BAND && (kt__bench_is_float(o->dtype))) {
     fprintf(stderr, "kaitian bench: op %s needs an integer or bool datatype, not %s\n",
-            bd_op_name(o->op), bd_dtype_name(o->dtype));
+            kt__bench_op_name(o->op), kt__bench_dtype_name(o->dtype));
     return false;
   }
   if (o->inject && o->check < 1) {
@@ -359,39 +362,41 @@ static int lib_fail(const bench *b, int c, size_t count, const char *what, kt_re
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", kt_last_error()); /* before any other library call */
   fprintf(stderr, "kaitian bench: rank %d: %s failed in %s (count %zu, %s, op %s, root %d%s): "
-          "%s: %s\n", b->rank, what, colls[c].name, count, bd_dtype_name(b->o.dtype),
-          colls[c].reduces ? bd_op_name(b->o.op) : "none", colls[c].rooted ? b->o.root : -1,
+          "%s: %s\n", b->rank, what, colls[c].name, count, kt__bench_dtype_name(b->o.dtype),
+          colls[c].reduces ? kt__bench_op_name(b->o.op) : "none", colls[c].rooted ? b->o.root : -1,
           b->o.inplace ? ", in place" : "", kt_strerror(r), msg[0] ? msg : "(no details)");
   return -1;
 }
 
 /* ---- checking ------------------------------------------------------------ */
 
-static bd_value expected_at(const bench *b, int c, const bd_gen *g, size_t count, size_t k) {
+static kt_bench_value expected_at(const bench *b, int c, const kt_bench_gen *g, size_t count,
+                                  size_t k) {
   size_t r = (size_t)b->rank;
   switch (c) {
-    case C_ALLREDUCE: case C_REDUCE: return bd_reduced(g, k);
-    case C_REDUCE_SCATTER: return bd_reduced(g, r * count + k);
-    case C_BROADCAST: return bd_input(g, b->o.root, k);
-    case C_ALLGATHER: case C_GATHER: return bd_input(g, (int)(k / count), k % count);
-    case C_ALLTOALL: return bd_input(g, (int)(k / count), r * count + k % count);
-    case C_SCATTER: return bd_input(g, b->o.root, r * count + k);
-    default: return bd_input(g, (b->rank + b->nranks - 1) % b->nranks, k); /* sendrecv */
+    case C_ALLREDUCE: case C_REDUCE: return kt__bench_reduced(g, k);
+    case C_REDUCE_SCATTER: return kt__bench_reduced(g, r * count + k);
+    case C_BROADCAST: return kt__bench_input(g, b->o.root, k);
+    case C_ALLGATHER: case C_GATHER: return kt__bench_input(g, (int)(k / count), k % count);
+    case C_ALLTOALL: return kt__bench_input(g, (int)(k / count), r * count + k % count);
+    case C_SCATTER: return kt__bench_input(g, b->o.root, r * count + k);
+    default: return kt__bench_input(g, (b->rank + b->nranks - 1) % b->nranks, k); /* sendrecv */
   }
 }
 
-static void record_wrong(bench *b, int c, const bd_gen *g, size_t count, int iter, size_t k,
-                         bd_value exp, bd_value got) {
+static void record_wrong(bench *b, int c, const kt_bench_gen *g, size_t count, int iter, size_t k,
+                         kt_bench_value exp, kt_bench_value got) {
   char es[64], gs[64], where[96] = "";
   if (b->nrecords >= MAX_RECORDS) return;
-  bd_format(g->dtype, exp, es, sizeof es);
-  bd_format(g->dtype, got, gs, sizeof gs);
+  kt__bench_format(g->dtype, exp, es, sizeof es);
+  kt__bench_format(g->dtype, got, gs, sizeof gs);
   if (c == C_ALLGATHER || c == C_GATHER || c == C_ALLTOALL)
     snprintf(where, sizeof where, " (block of rank %zu, element %zu)", k / count, k % count);
   snprintf(b->records[b->nrecords++], sizeof b->records[0],
            "rank %d: %s count %zu %s op %s root %d%s, checked iteration %d: index %zu%s: "
-           "expected %s, got %s", b->rank, colls[c].name, count, bd_dtype_name(g->dtype),
-           bd_op_name(g->op), colls[c].rooted ? b->o.root : -1, b->o.inplace ? " in place" : "",
+           "expected %s, got %s", b->rank, colls[c].name, count, kt__bench_dtype_name(g->dtype),
+           kt__bench_op_name(g->op), colls[c].rooted ? b->o.root : -1,
+           b->o.inplace ? " in place" : "",
            iter, k, where, es, gs);
 }
 
@@ -405,20 +410,21 @@ static int inject_rank(const bench *b, int c) {
 static int check_size(bench *b, int c, size_t count, int64_t *wrong) {
   layout L = make_layout(b, c, count);
   for (int it = 0; it < b->o.check; it++) {
-    bd_gen g = {b->o.dtype, colls[c].reduces ? (int)b->o.op : BD_MOVE, b->nranks,
+    kt_bench_gen g = {b->o.dtype, colls[c].reduces ? (int)b->o.op : KT_BENCH_MOVE, b->nranks,
                 (uint64_t)c * 1000003u + (uint64_t)it * 7919u + count};
-    bd_poison(L.recv, L.out_count * b->esize);
+    kt__bench_poison(L.recv, L.out_count * b->esize);
     /* Broadcast and scatter read the root's input only; elsewhere an in-place
      * input would overwrite the poison in the output. */
     if (!(c == C_BROADCAST || c == C_SCATTER) || b->rank == b->o.root)
-      bd_fill(&g, b->rank, L.send, 0, L.in_count);
+      kt__bench_fill(&g, b->rank, L.send, 0, L.in_count);
     kt_result r = run_once(b, c, &L, count);
     if (r != KT_SUCCESS) return lib_fail(b, c, count, "checked iteration", r);
     if (b->o.inject && it == 0 && b->rank == inject_rank(b, c) && L.out_count)
-      bd_corrupt(g.dtype, L.recv, L.out_count / 2);
+      kt__bench_corrupt(g.dtype, L.recv, L.out_count / 2);
     for (size_t k = 0; k < L.out_count; k++) {
-      bd_value exp = expected_at(b, c, &g, count, k), got = bd_read(g.dtype, L.recv, k);
-      if (bd_equal(&g, exp, got)) continue;
+      kt_bench_value exp = expected_at(b, c, &g, count, k);
+      kt_bench_value got = kt__bench_read(g.dtype, L.recv, k);
+      if (kt__bench_equal(&g, exp, got)) continue;
       (*wrong)++;
       record_wrong(b, c, &g, count, it, k, exp, got);
     }
@@ -434,16 +440,19 @@ static double now_us(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-/* Average time of one iteration on the slowest rank, in microseconds. */
+/* *us = average time of one iteration on the slowest rank, in microseconds.
+ * Returns 0, or -1 after printing a library failure. */
 static int time_size(const bench *b, int c, size_t count, double *us) {
   layout L = make_layout(b, c, count);
   kt_result r;
   for (int i = 0; i < b->o.warmup; i++)
     if ((r = run_once(b, c, &L, count)) != KT_SUCCESS) return lib_fail(b, c, count, "warm-up", r);
-  if ((r = kt_barrier(b->comm)) != KT_SUCCESS) return lib_fail(b, c, count, "barrier before timing", r);
+  if ((r = kt_barrier(b->comm)) != KT_SUCCESS)
+    return lib_fail(b, c, count, "barrier before timing", r);
   double t0 = now_us();
   for (int i = 0; i < b->o.iters; i++)
-    if ((r = run_once(b, c, &L, count)) != KT_SUCCESS) return lib_fail(b, c, count, "timed iteration", r);
+    if ((r = run_once(b, c, &L, count)) != KT_SUCCESS)
+      return lib_fail(b, c, count, "timed iteration", r);
   double local = (now_us() - t0) / b->o.iters;
   r = kt_allreduce(&local, us, 1, KT_FLOAT64, KT_MAX, b->comm);
   if (r != KT_SUCCESS) return lib_fail(b, c, count, "allreduce (max) of the times", r);
@@ -454,8 +463,8 @@ static void print_row(const bench *b, int c, size_t bytes, size_t count, double 
                       double algbw, double busbw, bool checked, long long wrong) {
   char wrongs[32];
   const coll_info *ci = &colls[c];
-  const char *type = c == C_BARRIER ? "none" : bd_dtype_name(b->o.dtype);
-  const char *redop = ci->reduces ? bd_op_name(b->o.op) : "none";
+  const char *type = c == C_BARRIER ? "none" : kt__bench_dtype_name(b->o.dtype);
+  const char *redop = ci->reduces ? kt__bench_op_name(b->o.op) : "none";
   int root = ci->rooted ? b->o.root : -1;
   if (checked) snprintf(wrongs, sizeof wrongs, "%lld", wrong);
   else snprintf(wrongs, sizeof wrongs, "N/A");
@@ -484,6 +493,7 @@ static void print_table_head(const bench *b, int c) {
   fflush(stdout);
 }
 
+/* Time the barrier; one row. Returns 0, or -1 after printing a library failure. */
 static int bench_barrier(bench *b) {
   double us;
   print_table_head(b, C_BARRIER);
@@ -492,6 +502,8 @@ static int bench_barrier(bench *b) {
   return 0;
 }
 
+/* Time (and with -c check) collective c at every size; one row per size.
+ * Returns 0, or -1 after printing a library failure. */
 static int bench_coll(bench *b, int c) {
   size_t n = (size_t)b->nranks, unit = b->esize * (colls[c].total ? n : 1);
   print_table_head(b, c);
@@ -526,7 +538,7 @@ static void print_preamble(const bench *b) {
   const options *o = &b->o;
   printf("# kaitian bench, kaitian %s (%s)\n", kt_version_string(), kt_build_info());
   printf("# ranks %d  datatype %s  op %s  root %d  in-place %s  check %d  warm-up %d  "
-         "iters %d\n", b->nranks, bd_dtype_name(o->dtype), bd_op_name(o->op), o->root,
+         "iters %d\n", b->nranks, kt__bench_dtype_name(o->dtype), kt__bench_op_name(o->op), o->root,
          o->inplace ? "yes" : "no", o->check, o->warmup, o->iters);
   printf("# sizes %llu .. %llu bytes, factor %llu; time = average over the iterations of the "
          "slowest rank\n", (unsigned long long)o->minbytes, (unsigned long long)o->maxbytes,
@@ -557,6 +569,9 @@ static void print_summary(const bench *b) {
   fflush(stdout);
 }
 
+/* Communicator, buffers, initial data. Returns 0; 1 after printing a library
+ * or allocation failure; 2 for a root out of range. What it made is freed by
+ * kt_tool_bench's exit path. */
 static int setup(bench *b) {
   kt_result r = kt_comm_init_env(&b->comm);
   if (r != KT_SUCCESS) {
@@ -578,7 +593,7 @@ static int setup(bench *b) {
               b->nranks);
     return 2;
   }
-  b->esize = bd_size(b->o.dtype);
+  b->esize = kt__bench_size(b->o.dtype);
   b->cap = (size_t)b->o.maxbytes;
   if ((uint64_t)b->cap != b->o.maxbytes ||
       posix_memalign((void **)&b->sbuf, 4096, b->cap ? b->cap : 1) != 0 ||
@@ -588,9 +603,9 @@ static int setup(bench *b) {
     return 1;
   }
   /* Realistic data for the timed iterations (checked ones refill). */
-  bd_gen g = {b->o.dtype, BD_MOVE, b->nranks, 0};
-  bd_fill(&g, b->rank, b->sbuf, 0, b->cap / b->esize);
-  bd_fill(&g, b->rank, b->rbuf, 0, b->cap / b->esize);
+  kt_bench_gen g = {b->o.dtype, KT_BENCH_MOVE, b->nranks, 0};
+  kt__bench_fill(&g, b->rank, b->sbuf, 0, b->cap / b->esize);
+  kt__bench_fill(&g, b->rank, b->rbuf, 0, b->cap / b->esize);
   return 0;
 }
 

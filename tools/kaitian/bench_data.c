@@ -31,12 +31,12 @@ static const char *const dtype_names[KT_NUM_DTYPES] = {
 static const char *const op_names[KT_NUM_OPS] = {"sum", "prod", "min", "max",
                                                  "avg", "band", "bor", "bxor"};
 
-bool bd_is_float(kt_dtype dtype) {
+bool kt__bench_is_float(kt_dtype dtype) {
   return dtype == KT_FLOAT16 || dtype == KT_BFLOAT16 || dtype == KT_FLOAT32 ||
          dtype == KT_FLOAT64;
 }
 
-size_t bd_size(kt_dtype dtype) {
+size_t kt__bench_size(kt_dtype dtype) {
   switch (dtype) {
     case KT_INT8: case KT_UINT8: case KT_BOOL: return 1;
     case KT_FLOAT16: case KT_BFLOAT16: return 2;
@@ -46,12 +46,12 @@ size_t bd_size(kt_dtype dtype) {
   }
 }
 
-const char *bd_dtype_name(kt_dtype dtype) {
+const char *kt__bench_dtype_name(kt_dtype dtype) {
   return (unsigned)dtype < KT_NUM_DTYPES ? dtype_names[dtype] : "unknown";
 }
 
-const char *bd_op_name(int op) {
-  if (op == BD_MOVE) return "none";
+const char *kt__bench_op_name(int op) {
+  if (op == KT_BENCH_MOVE) return "none";
   return op >= 0 && op < KT_NUM_OPS ? op_names[op] : "unknown";
 }
 
@@ -76,7 +76,7 @@ static uint32_t round_shift(uint32_t mant, int shift) {
   return q;
 }
 
-uint16_t bd_float_to_half(float f) {
+uint16_t kt__bench_float_to_half(float f) {
   uint32_t x = float_bits(f);
   uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
   uint32_t a = x & 0x7fffffff;
@@ -93,7 +93,7 @@ uint16_t bd_float_to_half(float f) {
   return (uint16_t)(sign | round_shift(mant, (int)(126 - e))); /* subnormal half */
 }
 
-float bd_half_to_float(uint16_t h) {
+float kt__bench_half_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
   if (e == 0) {
     float v = (float)m / 16777216.0f; /* m * 2^-24, exact */
@@ -103,13 +103,13 @@ float bd_half_to_float(uint16_t h) {
   return bits_float(sign | (e + 112) << 23 | m << 13);
 }
 
-uint16_t bd_float_to_bf16(float f) {
+uint16_t kt__bench_float_to_bf16(float f) {
   uint32_t x = float_bits(f);
   if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
   return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 
-float bd_bf16_to_float(uint16_t h) { return bits_float((uint32_t)h << 16); }
+float kt__bench_bf16_to_float(uint16_t h) { return bits_float((uint32_t)h << 16); }
 
 /* ---- wrapping and rounding to the dtype -------------------------------- */
 
@@ -127,20 +127,20 @@ static int64_t wrap_int(kt_dtype dtype, uint64_t x) {
 
 static double round_float(kt_dtype dtype, double d) {
   switch (dtype) {
-    case KT_FLOAT16: return bd_half_to_float(bd_float_to_half((float)d));
-    case KT_BFLOAT16: return bd_bf16_to_float(bd_float_to_bf16((float)d));
+    case KT_FLOAT16: return kt__bench_half_to_float(kt__bench_float_to_half((float)d));
+    case KT_BFLOAT16: return kt__bench_bf16_to_float(kt__bench_float_to_bf16((float)d));
     case KT_FLOAT32: return (float)d;
     default: return d;
   }
 }
 
-static bd_value make_int(kt_dtype dtype, uint64_t x) {
-  bd_value v = {wrap_int(dtype, x), 0.0};
+static kt_bench_value make_int(kt_dtype dtype, uint64_t x) {
+  kt_bench_value v = {wrap_int(dtype, x), 0.0};
   return v;
 }
 
-static bd_value make_float(kt_dtype dtype, double d) {
-  bd_value v = {0, round_float(dtype, d)};
+static kt_bench_value make_float(kt_dtype dtype, double d) {
+  kt_bench_value v = {0, round_float(dtype, d)};
   return v;
 }
 
@@ -175,7 +175,7 @@ static int64_t exact_limit(kt_dtype dtype) {
 }
 
 /* Range of the values that average: every partial sum of n of them fits. */
-static void avg_bounds(const bd_gen *g, int64_t *lo, int64_t *hi) {
+static void avg_bounds(const kt_bench_gen *g, int64_t *lo, int64_t *hi) {
   int64_t n = g->nranks, a;
   switch (g->dtype) {
     case KT_INT8: a = 127 / n; *lo = -a; *hi = a; return;
@@ -187,7 +187,7 @@ static void avg_bounds(const bd_gen *g, int64_t *lo, int64_t *hi) {
   }
 }
 
-static int64_t avg_input(const bd_gen *g, int rank, size_t j) {
+static int64_t avg_input(const kt_bench_gen *g, int rank, size_t j) {
   int64_t lo, hi;
   avg_bounds(g, &lo, &hi);
   int64_t mean = in_range(hash3(g->seed, UINT64_MAX, j), lo, hi);
@@ -197,7 +197,7 @@ static int64_t avg_input(const bd_gen *g, int rank, size_t j) {
   return rank % 2 == 0 ? mean + e : mean - e;
 }
 
-static int64_t prod_input(const bd_gen *g, int rank, uint64_t h) {
+static int64_t prod_input(const kt_bench_gen *g, int rank, uint64_t h) {
   unsigned s = (unsigned)(h % 16);
   if (s < 4) return rank < 8 ? 2 : 1;
   if (s < 8) return g->dtype == KT_INT8 ? -3 : g->dtype == KT_UINT8 ? 3 : -1;
@@ -205,7 +205,7 @@ static int64_t prod_input(const bd_gen *g, int rank, uint64_t h) {
   return 1;
 }
 
-static bd_value bool_input(const bd_gen *g, uint64_t h) {
+static kt_bench_value bool_input(const kt_bench_gen *g, uint64_t h) {
   bool rare = h % (2 * (uint64_t)g->nranks) == 0;
   switch (g->op) {
     case KT_SUM: case KT_MAX: case KT_BOR: case KT_AVG: return make_int(KT_BOOL, rare);
@@ -214,14 +214,15 @@ static bd_value bool_input(const bd_gen *g, uint64_t h) {
   }
 }
 
-bd_value bd_input(const bd_gen *g, int rank, size_t j) {
+kt_bench_value kt__bench_input(const kt_bench_gen *g, int rank, size_t j) {
   uint64_t h = hash3(g->seed, (uint64_t)rank, j);
   if (g->dtype == KT_BOOL) return bool_input(g, h);
-  bool fl = bd_is_float(g->dtype);
+  bool fl = kt__bench_is_float(g->dtype);
   int64_t v;
   switch (g->op) {
     case KT_SUM:
-      if (!fl && bd_size(g->dtype) == 1) return make_int(g->dtype, h); /* full range, wraps */
+      if (!fl && kt__bench_size(g->dtype) == 1)
+        return make_int(g->dtype, h); /* full range: the sum wraps */
       if (!fl) { v = in_range(h, -1000, 1000); break; }
       {
         int64_t m = min64(100, exact_limit(g->dtype) / g->nranks);
@@ -244,10 +245,10 @@ bd_value bd_input(const bd_gen *g, int rank, size_t j) {
 
 /* ---- expectations ------------------------------------------------------- */
 
-static bd_value reduced_bool(const bd_gen *g, size_t j) {
+static kt_bench_value reduced_bool(const kt_bench_gen *g, size_t j) {
   int64_t acc = g->op == KT_PROD || g->op == KT_MIN || g->op == KT_BAND;
   for (int r = 0; r < g->nranks; r++) {
-    int64_t v = bd_input(g, r, j).i;
+    int64_t v = kt__bench_input(g, r, j).i;
     switch (g->op) {
       case KT_PROD: case KT_MIN: case KT_BAND: acc = acc && v; break;
       case KT_BXOR: acc ^= v; break;
@@ -257,11 +258,11 @@ static bd_value reduced_bool(const bd_gen *g, size_t j) {
   return make_int(KT_BOOL, (uint64_t)acc);
 }
 
-static bd_value reduced_int(const bd_gen *g, size_t j) {
+static kt_bench_value reduced_int(const kt_bench_gen *g, size_t j) {
   uint64_t acc = 0;
   int64_t sacc = 0;
   for (int r = 0; r < g->nranks; r++) {
-    int64_t v = bd_input(g, r, j).i;
+    int64_t v = kt__bench_input(g, r, j).i;
     if (r == 0) { acc = (uint64_t)v; sacc = v; continue; }
     switch (g->op) {
       case KT_SUM: acc += (uint64_t)v; break;
@@ -279,10 +280,10 @@ static bd_value reduced_int(const bd_gen *g, size_t j) {
   return make_int(g->dtype, acc);
 }
 
-static bd_value reduced_float(const bd_gen *g, size_t j) {
+static kt_bench_value reduced_float(const kt_bench_gen *g, size_t j) {
   double acc = 0.0;
   for (int r = 0; r < g->nranks; r++) {
-    double v = bd_input(g, r, j).f;
+    double v = kt__bench_input(g, r, j).f;
     if (r == 0) { acc = v; continue; }
     switch (g->op) {
       case KT_PROD: acc *= v; break;
@@ -295,38 +296,38 @@ static bd_value reduced_float(const bd_gen *g, size_t j) {
   return make_float(g->dtype, acc);
 }
 
-bd_value bd_reduced(const bd_gen *g, size_t j) {
+kt_bench_value kt__bench_reduced(const kt_bench_gen *g, size_t j) {
   if (g->dtype == KT_BOOL) return reduced_bool(g, j);
-  return bd_is_float(g->dtype) ? reduced_float(g, j) : reduced_int(g, j);
+  return kt__bench_is_float(g->dtype) ? reduced_float(g, j) : reduced_int(g, j);
 }
 
 /* ---- element access ------------------------------------------------------ */
 
-static void write_elem(kt_dtype dtype, void *buf, size_t idx, bd_value v) {
-  unsigned char *p = (unsigned char *)buf + idx * bd_size(dtype);
+static void write_elem(kt_dtype dtype, void *buf, size_t idx, kt_bench_value v) {
+  unsigned char *p = (unsigned char *)buf + idx * kt__bench_size(dtype);
   switch (dtype) {
     case KT_INT8: { int8_t x = (int8_t)v.i; memcpy(p, &x, 1); break; }
     case KT_UINT8: case KT_BOOL: { uint8_t x = (uint8_t)v.i; memcpy(p, &x, 1); break; }
     case KT_INT32: { int32_t x = (int32_t)v.i; memcpy(p, &x, 4); break; }
     case KT_INT64: memcpy(p, &v.i, 8); break;
-    case KT_FLOAT16: { uint16_t x = bd_float_to_half((float)v.f); memcpy(p, &x, 2); break; }
-    case KT_BFLOAT16: { uint16_t x = bd_float_to_bf16((float)v.f); memcpy(p, &x, 2); break; }
+    case KT_FLOAT16: { uint16_t x = kt__bench_float_to_half((float)v.f); memcpy(p, &x, 2); break; }
+    case KT_BFLOAT16: { uint16_t x = kt__bench_float_to_bf16((float)v.f); memcpy(p, &x, 2); break; }
     case KT_FLOAT32: { float x = (float)v.f; memcpy(p, &x, 4); break; }
     case KT_FLOAT64: memcpy(p, &v.f, 8); break;
     default: break;
   }
 }
 
-bd_value bd_read(kt_dtype dtype, const void *buf, size_t idx) {
-  const unsigned char *p = (const unsigned char *)buf + idx * bd_size(dtype);
-  bd_value v = {0, 0.0};
+kt_bench_value kt__bench_read(kt_dtype dtype, const void *buf, size_t idx) {
+  const unsigned char *p = (const unsigned char *)buf + idx * kt__bench_size(dtype);
+  kt_bench_value v = {0, 0.0};
   switch (dtype) {
     case KT_INT8: { int8_t x; memcpy(&x, p, 1); v.i = x; break; }
     case KT_UINT8: case KT_BOOL: { uint8_t x; memcpy(&x, p, 1); v.i = x; break; }
     case KT_INT32: { int32_t x; memcpy(&x, p, 4); v.i = x; break; }
     case KT_INT64: memcpy(&v.i, p, 8); break;
-    case KT_FLOAT16: { uint16_t x; memcpy(&x, p, 2); v.f = bd_half_to_float(x); break; }
-    case KT_BFLOAT16: { uint16_t x; memcpy(&x, p, 2); v.f = bd_bf16_to_float(x); break; }
+    case KT_FLOAT16: { uint16_t x; memcpy(&x, p, 2); v.f = kt__bench_half_to_float(x); break; }
+    case KT_BFLOAT16: { uint16_t x; memcpy(&x, p, 2); v.f = kt__bench_bf16_to_float(x); break; }
     case KT_FLOAT32: { float x; memcpy(&x, p, 4); v.f = x; break; }
     case KT_FLOAT64: memcpy(&v.f, p, 8); break;
     default: break;
@@ -334,11 +335,11 @@ bd_value bd_read(kt_dtype dtype, const void *buf, size_t idx) {
   return v;
 }
 
-void bd_fill(const bd_gen *g, int rank, void *buf, size_t first, size_t n) {
-  for (size_t k = 0; k < n; k++) write_elem(g->dtype, buf, k, bd_input(g, rank, first + k));
+void kt__bench_fill(const kt_bench_gen *g, int rank, void *buf, size_t first, size_t n) {
+  for (size_t k = 0; k < n; k++) write_elem(g->dtype, buf, k, kt__bench_input(g, rank, first + k));
 }
 
-void bd_poison(void *buf, size_t nbytes) { memset(buf, 0xa5, nbytes); }
+void kt__bench_poison(void *buf, size_t nbytes) { memset(buf, 0xa5, nbytes); }
 
 /* Relative error a division by n may add in the dtype. The mean is an exact
  * value of the dtype and the sum is exact, so only a division done as a
@@ -352,15 +353,15 @@ static double avg_tolerance(kt_dtype dtype) {
   }
 }
 
-bool bd_equal(const bd_gen *g, bd_value expected, bd_value got) {
-  if (!bd_is_float(g->dtype)) return expected.i == got.i;
+bool kt__bench_equal(const kt_bench_gen *g, kt_bench_value expected, kt_bench_value got) {
+  if (!kt__bench_is_float(g->dtype)) return expected.i == got.i;
   if (g->op != KT_AVG) return expected.f == got.f;
   double scale = fabs(expected.f) > 1.0 ? fabs(expected.f) : 1.0;
   return fabs(expected.f - got.f) <= avg_tolerance(g->dtype) * scale; /* false for NaN */
 }
 
-void bd_corrupt(kt_dtype dtype, void *buf, size_t idx) {
-  size_t es = bd_size(dtype);
+void kt__bench_corrupt(kt_dtype dtype, void *buf, size_t idx) {
+  size_t es = kt__bench_size(dtype);
   unsigned char *p = (unsigned char *)buf + idx * es;
   /* Bool: the other truth value. Others: the second-highest bit of the
    * little-endian top byte, the top exponent bit of every floating type, so
@@ -369,9 +370,10 @@ void bd_corrupt(kt_dtype dtype, void *buf, size_t idx) {
   else p[es - 1] ^= 0x40;
 }
 
-void bd_format(kt_dtype dtype, bd_value v, char *out, size_t cap) {
-  if (bd_is_float(dtype)) snprintf(out, cap, "%.9g", v.f);
-  else if (dtype == KT_BOOL && (v.i == 0 || v.i == 1)) snprintf(out, cap, "%s", v.i ? "true" : "false");
+void kt__bench_format(kt_dtype dtype, kt_bench_value v, char *out, size_t cap) {
+  if (kt__bench_is_float(dtype)) snprintf(out, cap, "%.9g", v.f);
+  else if (dtype == KT_BOOL && (v.i == 0 || v.i == 1))
+    snprintf(out, cap, "%s", v.i ? "true" : "false");
   else if (dtype == KT_BOOL) snprintf(out, cap, "invalid bool byte %lld", (long long)v.i);
   else snprintf(out, cap, "%lld", (long long)v.i);
 }
