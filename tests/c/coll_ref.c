@@ -133,12 +133,14 @@ static void store_float(kt_dtype dt, double x, void *dst) {
  * header leaves open whether AVG's sum wraps before the division). */
 static uint64_t avg_int(kt_dtype dt, uint64_t h) {
   uint64_t n = (uint64_t)ref_nranks;
+  uint64_t m; /* value in [-m, m], computed modulo 2^64 (no signed overflow) */
   switch (dt) {
   case KT_UINT8: return h % (255u / n + 1);
-  case KT_INT8: { uint64_t m = 127u / n; return (uint64_t)((int64_t)(h % (2 * m + 1)) - (int64_t)m); }
-  case KT_INT32: { uint64_t m = 2147483647u / n; return (uint64_t)((int64_t)(h % (2 * m + 1)) - (int64_t)m); }
-  default: { uint64_t m = (uint64_t)INT64_MAX / n; return (uint64_t)((int64_t)(h % (2 * m + 1)) - (int64_t)m); }
+  case KT_INT8: m = 127u / n; break;
+  case KT_INT32: m = 2147483647u / n; break;
+  default: m = (uint64_t)INT64_MAX / n; break;
   }
+  return h % (2 * m + 1) - m;
 }
 
 void ref_elem(kt_dtype dt, kt_op op, uint64_t key, size_t idx, void *dst) {

@@ -2,7 +2,7 @@
  * point-to-point: every dtype x every valid op x counts {0, 1, odd, large} x
  * in-place / out-of-place x blocking / non-blocking x roots {0, size-1}.
  * Run under the launcher: `kaitian run -n N coll_test [--quick] [--coll a,b]
- * [--seed S] [--verbose]`. Each rank checks its own outputs against a
+ * [--seed S] [--count N] [--verbose] [--selftest]`. Each rank checks its own outputs against a
  * reference computed independently (coll_ref.c), plus guard bytes around and
  * between output blocks and unchanged inputs. Exit status 0 only when every
  * rank saw every result right. */
@@ -50,16 +50,24 @@ static struct {
   kt_comm comm;
   int rank, size;
   uint64_t seed;
-  bool quick, verbose;
+  bool quick, verbose, selftest;
+  bool quiet; /* selftest: checks of deliberately corrupted buffers print nothing */
   bool want[C_NCOLL];
+  long only_count; /* --count N: run only that count (-1: all) */
   long cases;    /* cases run on this rank */
   long failures; /* cases with at least one wrong element/byte on this rank */
+  long corrupted; /* selftest: corruptions made (each must be noticed) */
 } T;
 
 #define ODD_COUNT 1531
 #define NB_BATCH 4
 #define GUARD 64
 #define MAX_PRINT 5
+/* Report a wrong result (silenced while the selftest corrupts buffers). */
+#define REPORT(...)                                                             \
+  do {                                                                          \
+    if (!T.quiet) fprintf(stderr, __VA_ARGS__);                                 \
+  } while (0)
 
 /* Large count per dtype: about 256 KiB per rank, so above the tuner's
  * small-message threshold while the 8-rank suite fits on 2 cores. */
@@ -132,12 +140,12 @@ static size_t gb_check_guards(const gbuf *b, const char *what, const char *name)
   for (size_t i = 0; i < GUARD; i++) {
     if (b->base[i] != guard_byte(i)) {
       if (bad++ == 0)
-        fprintf(stderr, "FAIL %s: %s guard byte %zd before the buffer was overwritten\n", what,
+        REPORT("FAIL %s: %s guard byte %zd before the buffer was overwritten\n", what,
                 name, (ssize_t)i - GUARD);
     }
     if (b->base[GUARD + b->bytes + i] != guard_byte(GUARD + i)) {
       if (bad++ == 0)
-        fprintf(stderr, "FAIL %s: %s guard byte %zu past the end (%zu bytes) was overwritten\n",
+        REPORT("FAIL %s: %s guard byte %zu past the end (%zu bytes) was overwritten\n",
                 what, name, i, b->bytes);
     }
   }
@@ -159,7 +167,7 @@ static size_t gb_check_untouched(const gbuf *b, int nr, const size_t *off, const
   const uint8_t *p = gb_ptr(b);
   for (size_t i = 0; i < b->bytes; i++) {
     if (!mask[i] && p[i] != garbage_byte(i) && bad++ == 0)
-      fprintf(stderr, "FAIL %s: %s byte %zu is outside every output block but was written\n",
+      REPORT("FAIL %s: %s byte %zu is outside every output block but was written\n",
               what, name, i);
   }
   free(mask);
@@ -462,7 +470,7 @@ static size_t verify(tcase *c) {
   int n = T.size, r = T.rank;
   size_t es = es_of(c), cnt = c->count, bad = 0;
   bool root = r == c->root;
-  ref_ctx ctx = {c->what, MAX_PRINT};
+  ref_ctx ctx = {c->what, T.quiet ? 0 : MAX_PRINT};
   kt_op op = gen_op(c);
   const uint8_t *rp = gb_ptr(&c->rb);
   switch (c->coll) {
@@ -527,18 +535,90 @@ static size_t verify(tcase *c) {
     break;
   }
   if (bad > (size_t)MAX_PRINT)
-    fprintf(stderr, "FAIL %s: %zu wrong elements in all\n", c->what, bad);
+    REPORT("FAIL %s: %zu wrong elements in all\n", c->what, bad);
   bad += gb_check_guards(&c->sb, c->what, "sendbuf");
   bad += gb_check_guards(&c->rb, c->what, "recvbuf");
   if (c->sb_copy) {
     const uint8_t *sp = gb_ptr(&c->sb);
     for (size_t i = 0; i < c->sb.bytes; i++) {
       if (sp[i] != c->sb_copy[i]) {
-        fprintf(stderr, "FAIL %s: input buffer changed at byte %zu (element %zu)\n", c->what, i,
+        REPORT("FAIL %s: input buffer changed at byte %zu (element %zu)\n", c->what, i,
                 i / es);
         bad++;
         break;
       }
+    }
+  }
+  return bad;
+}
+
+/* ---- selftest: the checks must catch corrupted results ---------------------- */
+
+/* First element of this rank's output, NULL when it has none. */
+static uint8_t *first_output(tcase *c) {
+  size_t es = es_of(c);
+  switch (c->coll) {
+  case C_ALLGATHERV:
+  case C_ALLTOALLV:
+    for (int s = 0; s < T.size; s++) {
+      size_t k = c->coll == C_ALLGATHERV ? c->c1[s] : c->c2[s];
+      size_t d = c->coll == C_ALLGATHERV ? c->d1[s] : c->d2[s];
+      if (k) return gb_ptr(&c->rb) + d * es;
+    }
+    return NULL;
+  case C_REDUCE:
+  case C_GATHER:
+    if (T.rank != c->root) return NULL;
+    break;
+  case C_P2P:
+  case C_SENDRECV:
+    return c->rcount ? gb_ptr(&c->rb) : NULL;
+  default:
+    break;
+  }
+  return c->count ? (uint8_t *)c->recvp : NULL;
+}
+
+/* Corrupt one thing of kind k (0 output element, 1 guard byte, 2 input,
+ * 3 gap between v-blocks); returns the byte changed (NULL: nothing to do)
+ * and its old value in *old. */
+static uint8_t *corrupt(tcase *c, int k, uint8_t *old) {
+  uint8_t *p = NULL, mask = 0x40;
+  gbuf *g = c->rb.base ? &c->rb : &c->sb;
+  if (k == 0 && (p = first_output(c)) != NULL) {
+    if (c->dt == KT_BOOL) mask = 1;
+    else p += es_of(c) - 1; /* top byte: sign/exponent of floats */
+  } else if (k == 1 && g->base) {
+    p = g->base + GUARD + g->bytes + 3;
+  } else if (k == 2 && c->sb_copy && c->sb.bytes) {
+    p = gb_ptr(&c->sb) + c->sb.bytes / 2;
+    mask = 1;
+  } else if (k == 3 && (c->coll == C_ALLGATHERV || c->coll == C_ALLTOALLV) && c->rb.bytes) {
+    p = gb_ptr(&c->rb); /* element 0 is always a gap in these layouts */
+  }
+  if (p) {
+    *old = *p;
+    *p ^= mask;
+  }
+  return p;
+}
+
+/* Verify the real result, then corrupt it in each way and require the
+ * checks to notice. Returns the number of problems. */
+static size_t selftest_case(tcase *c) {
+  size_t bad = verify(c);
+  for (int k = 0; k < 4; k++) {
+    uint8_t old;
+    uint8_t *p = corrupt(c, k, &old);
+    if (!p) continue;
+    T.corrupted++;
+    T.quiet = true;
+    size_t found = verify(c);
+    T.quiet = false;
+    *p = old;
+    if (!found) {
+      fprintf(stderr, "FAIL selftest %s: corruption of kind %d went unnoticed\n", c->what, k);
+      bad++;
     }
   }
   return bad;
@@ -618,7 +698,7 @@ static void run_batch(tcase *cs, int k, int mode) {
   }
   for (int i = 0; i < k; i++) {
     T.cases++;
-    if (verify(&cs[i]) != 0) T.failures++;
+    if ((T.selftest ? selftest_case(&cs[i]) : verify(&cs[i])) != 0) T.failures++;
     release(&cs[i]);
   }
 }
@@ -627,9 +707,19 @@ static void run_batch(tcase *cs, int k, int mode) {
  * dtype and op with the small counts, the large count with the first op
  * only and half of the dtypes. */
 static bool quick_skip(kt_dtype dt, kt_op op, size_t count, bool inplace) {
-  if (!T.quick || count != large_count(dt)) return false;
+  if (!T.quick || count <= ODD_COUNT) return false;
   if (op != KT_SUM && op != REF_RAW) return true;
   return ((int)dt + (int)inplace) % 2 != 0;
+}
+
+/* Collectives whose buffers hold one block per rank take the large count
+ * divided by the number of ranks (kept odd), so bytes per rank stay flat. */
+static size_t large_for(int coll, kt_dtype dt) {
+  size_t c = large_count(dt);
+  bool per_rank = coll == C_ALLGATHER || coll == C_ALLGATHERV || coll == C_REDUCE_SCATTER ||
+                  coll == C_GATHER || coll == C_SCATTER || coll == C_ALLTOALL || coll == C_ALLTOALLV;
+  if (per_rank && T.size > 1) c = (c / (size_t)T.size) | 1;
+  return c;
 }
 
 static int enumerate(int coll, tcase *out, int cap) {
@@ -640,7 +730,7 @@ static int enumerate(int coll, tcase *out, int cap) {
   if (coll == C_SENDRECV && size == 1) shifts[0] = 0; /* exchange with itself */
   for (int d = 0; d < KT_NUM_DTYPES; d++) {
     kt_dtype dt = (kt_dtype)d;
-    size_t counts[4] = {0, 1, ODD_COUNT, large_count(dt)};
+    size_t counts[4] = {0, 1, ODD_COUNT, large_for(coll, dt)};
     int nops = colls[coll].reduces ? KT_NUM_OPS : 1;
     for (int o = 0; o < nops; o++) {
       kt_op op = colls[coll].reduces ? (kt_op)o : REF_RAW;
@@ -650,6 +740,7 @@ static int enumerate(int coll, tcase *out, int cap) {
           for (int ri = 0; ri < nroots; ri++)
             for (int si = 0; si < nshifts; si++) {
               if (quick_skip(dt, op, counts[ci], ip)) continue;
+              if (T.only_count >= 0 && counts[ci] != (size_t)T.only_count) continue;
               if (n == cap) return n;
               tcase *c = &out[n++];
               memset(c, 0, sizeof *c);
@@ -771,6 +862,8 @@ static void run_barrier(void) {
 static void usage(const char *argv0) {
   fprintf(stderr,
           "usage: kaitian run -n N %s [--quick] [--coll name[,name...]] [--seed N] [--verbose]\n"
+          "       [--count N: only that count (0, 1, 1531 or a dtype's large count)]\n"
+          "       [--selftest: also corrupt each result and require the checks to notice]\n"
           "collectives:",
           argv0);
   for (int i = 0; i < C_NCOLL; i++) fprintf(stderr, " %s", colls[i].name);
@@ -798,11 +891,14 @@ static void parse_colls(const char *list, const char *argv0) {
 int main(int argc, char **argv) {
   bool any = false;
   T.seed = 1;
+  T.only_count = -1;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) T.quick = true;
+    else if (strcmp(argv[i], "--selftest") == 0) T.selftest = true;
     else if (strcmp(argv[i], "--verbose") == 0) T.verbose = true;
     else if (strcmp(argv[i], "--coll") == 0 && i + 1 < argc) parse_colls(argv[++i], argv[0]), any = true;
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) T.seed = strtoull(argv[++i], NULL, 0);
+    else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) T.only_count = atol(argv[++i]);
     else usage(argv[0]);
   }
   if (!any)
@@ -843,6 +939,9 @@ int main(int argc, char **argv) {
   rc = kt_allreduce(&fails, &total, 1, KT_INT64, KT_SUM, T.comm);
   if (rc != KT_SUCCESS) fatal_call("final tally", "kt_allreduce", rc);
   if (T.failures) fprintf(stderr, "rank %d: %ld of %ld cases failed\n", T.rank, T.failures, T.cases);
+  if (T.selftest && T.rank == 0)
+    printf("coll_test: selftest: %ld corruptions made on rank 0, each one checked for\n",
+           T.corrupted);
   if (T.rank == 0)
     printf("coll_test: %s (%" PRId64 " failed cases over all ranks)\n", total ? "FAILED" : "PASSED",
            total);
