@@ -52,7 +52,7 @@ kt_result kt__ring_run(kt__exec *ex, const kt__ring *rg) {
     size_t processed = 0;
     for (;;) {
       size_t ready = rx.complete ? len : rx.done;
-      while (processed < len && (ready - processed >= chunk || ready == len)) {
+      if (processed < len && (ready - processed >= chunk || ready == len)) {
         size_t n = KT_MIN(chunk, ready - processed);
         if (rs) {
           reduce(dst + processed, rg->in[rb] + processed, rg->tmp + processed, n / es);
@@ -60,6 +60,10 @@ kt_result kt__ring_run(kt__exec *ex, const kt__ring *rg) {
         }
         processed += n;
         if (nx) nx->avail = processed;
+        /* Keep the sockets moving between chunks, so that neither neighbour
+         * sits idle while this rank reduces a backlog. */
+        if (processed < len) KT_CHECK(kt__net_progress(ex, false));
+        continue;
       }
       if (processed == len && rx.complete) break;
       KT_CHECK(kt__net_progress(ex, true));

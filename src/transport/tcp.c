@@ -64,22 +64,27 @@ struct kt__tcp {
 
 /* ---- headers ------------------------------------------------------------ */
 
-static void put_hdr(unsigned char *h, kt__coll coll, uint32_t tag, uint64_t seq, uint64_t len) {
-  uint16_t magic = HDR_MAGIC, c = (uint16_t)coll;
-  memcpy(h, &magic, 2);
-  memcpy(h + 2, &c, 2);
-  memcpy(h + 4, &tag, 4);
-  memcpy(h + 8, &seq, 8);
-  memcpy(h + 16, &len, 8);
-}
+/* Header: magic, collective, tag, sequence, length, and the op's signature
+ * (dtype, reduction, root) so that ranks disagreeing on any of them are
+ * caught, not only on the collective and size. */
+typedef struct hdr {
+  uint16_t magic, coll;
+  uint32_t tag;
+  uint64_t seq, len;
+  uint8_t dtype, op;
+  uint16_t pad;
+  int32_t root;
+} hdr;
+_Static_assert(sizeof(hdr) == KT_NET_HDR_BYTES, "header size");
 
-static void get_hdr(const unsigned char *h, uint16_t *magic, uint16_t *coll, uint32_t *tag,
-                    uint64_t *seq, uint64_t *len) {
-  memcpy(magic, h, 2);
-  memcpy(coll, h + 2, 2);
-  memcpy(tag, h + 4, 4);
-  memcpy(seq, h + 8, 8);
-  memcpy(len, h + 16, 8);
+static hdr op_hdr(const kt__op *op, uint32_t tag, uint64_t len) {
+  bool rooted = op->coll == KT_COLL_BROADCAST || op->coll == KT_COLL_REDUCE ||
+                op->coll == KT_COLL_GATHER || op->coll == KT_COLL_SCATTER;
+  bool reduces = op->coll == KT_COLL_ALLREDUCE || op->coll == KT_COLL_REDUCE ||
+                 op->coll == KT_COLL_REDUCE_SCATTER;
+  return (hdr){.magic = HDR_MAGIC, .coll = (uint16_t)op->coll, .tag = tag, .seq = op->seq, .len = len,
+               .dtype = (uint8_t)op->dtype, .op = reduces ? (uint8_t)op->op : 0xff,
+               .root = rooted ? op->root : -1};
 }
 
 static const char *coll_name_safe(uint16_t c) {
@@ -87,6 +92,33 @@ static const char *coll_name_safe(uint16_t c) {
 }
 
 /* ---- failure messages --------------------------------------------------- */
+
+static kt_result handle_ctrl(kt__exec *ex, int peer);
+
+/* A data connection failed. A peer that breaks a connection without a
+ * goodbye has usually failed itself because a third rank died, and has said so
+ * on its control socket (or the dead rank's control socket shows the death):
+ * give those notices a moment to arrive and report the root cause rather than
+ * the messenger. */
+static kt_result find_root_cause(kt__exec *ex, int64_t wait_ms) {
+  struct kt__tcp *t = ex->comm->tcp;
+  int64_t until = kt__now_ns() + wait_ms * 1000000;
+  for (;;) {
+    int n = 0;
+    for (int i = 0; i < t->nranks; i++) {
+      if (t->peers[i].ctrl_fd < 0) continue;
+      t->pfds[n] = (struct pollfd){t->peers[i].ctrl_fd, POLLIN, 0};
+      t->pfd_peer[n++] = i;
+    }
+    int64_t left = (until - kt__now_ns()) / 1000000;
+    int r;
+    KT_SYSCALL_RETRY(r, poll(t->pfds, (nfds_t)n, (int)KT_MAX(left, 0)));
+    if (r <= 0) return KT_SUCCESS;
+    for (int k = 0; k < n; k++)
+      if (t->pfds[k].revents) KT_CHECK(handle_ctrl(ex, t->pfd_peer[k]));
+    if (left <= 0) return KT_SUCCESS;
+  }
+}
 
 static kt_result peer_lost(kt__exec *ex, int peer, const char *what, int err) {
   struct kt_comm_s *c = ex->comm;
@@ -96,6 +128,7 @@ static kt_result peer_lost(kt__exec *ex, int peer, const char *what, int err) {
     return kt__err(KT_ERR_PEER_FAILED,
                    "%s destroyed its communicator while this rank still expected data (%s)", who,
                    what);
+  KT_CHECK(find_root_cause(ex, 500));
   if (err)
     return kt__err(KT_ERR_PEER_FAILED, "%s failed: %s (%s)", who, what, strerror(err));
   return kt__err(KT_ERR_PEER_FAILED, "%s failed: %s", who, what);
@@ -113,7 +146,8 @@ kt_result kt__net_post(kt__exec *ex, kt__xfer *x) {
   x->hdr_done = 0;
   x->done = 0;
   if (x->is_send) {
-    put_hdr(x->hdr, ex->op->coll, x->tag, ex->op->seq, x->len);
+    hdr h = op_hdr(ex->op, x->tag, x->len);
+    memcpy(x->hdr, &h, sizeof h);
     if (p->sq_tail) p->sq_tail->next = x; else p->sq_head = x;
     p->sq_tail = x;
   } else {
@@ -157,28 +191,40 @@ static kt_result advance_sends(kt__exec *ex, int peer, bool *moved) {
   return KT_SUCCESS;
 }
 
+static void describe_hdr(const hdr *h, char *buf, size_t cap) {
+  int n = snprintf(buf, cap, "op #%llu %s, %llu bytes, tag %u", (unsigned long long)h->seq,
+                   coll_name_safe(h->coll), (unsigned long long)h->len, h->tag);
+  if (n > 0 && (size_t)n < cap && h->dtype < KT_NUM_DTYPES)
+    n += snprintf(buf + n, cap - (size_t)n, ", %s", kt_dtype_name((kt_dtype)h->dtype));
+  if (n > 0 && (size_t)n < cap && h->op != 0xff)
+    n += snprintf(buf + n, cap - (size_t)n, ", %s", kt_op_name((kt_op)h->op));
+  if (n > 0 && (size_t)n < cap && h->root >= 0) snprintf(buf + n, cap - (size_t)n, ", root %d", h->root);
+}
+
 static kt_result check_header(kt__exec *ex, int peer, kt__xfer *x) {
-  uint16_t magic, coll;
-  uint32_t tag;
-  uint64_t seq, len;
-  get_hdr(x->hdr, &magic, &coll, &tag, &seq, &len);
-  if (magic != HDR_MAGIC)
-    return kt__err(KT_ERR_INTERNAL, "corrupt message header from rank %d (magic 0x%x)", peer, magic);
+  hdr got;
+  memcpy(&got, x->hdr, sizeof got);
+  if (got.magic != HDR_MAGIC)
+    return kt__err(KT_ERR_INTERNAL, "corrupt message header from rank %d (magic 0x%x)", peer, got.magic);
   const kt__op *op = ex->op;
-  /* Point-to-point messages match by kind, tag and length only: ranks issue
-   * different numbers of them, so their sequence numbers are not compared. */
+  hdr want = op_hdr(op, x->tag, x->len);
+  /* Point-to-point messages match by kind, tag, length and dtype only: ranks
+   * issue different numbers of them, so sequence numbers are not compared. */
   bool p2p = op->coll == KT_COLL_SEND || op->coll == KT_COLL_RECV || op->coll == KT_COLL_SENDRECV;
-  bool same_kind = p2p ? (coll == KT_COLL_SEND || coll == KT_COLL_RECV || coll == KT_COLL_SENDRECV)
-                       : coll == op->coll;
-  if (same_kind && (p2p || seq == op->seq) && tag == x->tag && len == x->len) return KT_SUCCESS;
-  char who[128];
+  bool got_p2p = got.coll == KT_COLL_SEND || got.coll == KT_COLL_RECV || got.coll == KT_COLL_SENDRECV;
+  bool same = p2p ? got_p2p && got.tag == want.tag && got.len == want.len && got.dtype == want.dtype
+                  : got.coll == want.coll && got.seq == want.seq && got.tag == want.tag &&
+                        got.len == want.len && got.dtype == want.dtype && got.op == want.op &&
+                        got.root == want.root;
+  if (same) return KT_SUCCESS;
+  if (p2p) want.seq = got_p2p ? got.seq : want.seq; /* not part of the p2p signature */
+  char who[128], mine[192], theirs[192];
   kt__peer_desc(ex->comm, peer, who, sizeof who);
+  describe_hdr(&want, mine, sizeof mine);
+  describe_hdr(&got, theirs, sizeof theirs);
   return kt__err(KT_ERR_MISMATCH,
-                 "mismatched operations: this rank (rank %d) is in op #%llu %s and expected "
-                 "%zu bytes (tag %u) from %s, which sent op #%llu %s with %llu bytes (tag %u)",
-                 ex->comm->rank, (unsigned long long)op->seq, kt__coll_name(op->coll), x->len,
-                 x->tag, who, (unsigned long long)seq, coll_name_safe(coll),
-                 (unsigned long long)len, tag);
+                 "mismatched operations: rank %d expected (%s) from %s, which sent (%s)",
+                 ex->comm->rank, mine, who, theirs);
 }
 
 static kt_result advance_recvs(kt__exec *ex, int peer, bool *moved) {

@@ -11,6 +11,8 @@
 
 #include "comm.h"
 
+#define KT_NET_HDR_BYTES 32
+
 typedef struct kt__xfer {
   int peer;
   bool is_send;
@@ -21,7 +23,7 @@ typedef struct kt__xfer {
   size_t avail;          /* send only: bytes of buf ready to go (<= len) */
   /* transport private */
   size_t hdr_done;
-  unsigned char hdr[24];
+  unsigned char hdr[KT_NET_HDR_BYTES];
   struct kt__xfer *next;
   bool complete;
 } kt__xfer;
