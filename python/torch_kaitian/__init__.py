@@ -1,0 +1,43 @@
+"""torch_kaitian - the KaiTian collective library as a torch.distributed backend.
+
+    import torch_kaitian                       # registers backend "kaitian"
+    torch.distributed.init_process_group("kaitian")
+
+Pure Python over libkaitian.so (ctypes): no compile against torch. Also the
+device-neutral helpers a training script needs (the "seed API"):
+local_device_count(), set_device(i), device(), global_world_size(),
+global_rank(), manual_seed(seed).
+"""
+import torch.distributed as _dist
+
+from . import _lib
+from ._completion import KaitianError
+from ._device import (device, global_rank, global_world_size, local_device_count, manual_seed,
+                      set_device)
+from ._tensors import KaitianUnsupported
+from .process_group import ProcessGroupKaitian
+
+__all__ = ["ProcessGroupKaitian", "KaitianError", "KaitianUnsupported", "BACKEND", "device",
+           "global_rank", "global_world_size", "local_device_count", "manual_seed", "set_device",
+           "library_path", "core_version"]
+
+BACKEND = "kaitian"
+library_path = _lib.path
+core_version = _lib.version()
+__version__ = core_version
+
+
+def _register():
+    """Register "kaitian" with torch once per interpreter (re-import safe)."""
+    plugins = getattr(_dist.Backend, "_plugins", {})
+    if BACKEND.upper() in plugins or getattr(_dist.Backend, BACKEND.upper(), None) is not None:
+        return
+    from . import process_group as _pg
+    reg = _dist.Backend.register_backend
+    try:
+        reg(BACKEND, _pg.create, devices=["cpu", "cuda"])  # torch >= 2.1
+    except TypeError:
+        reg(BACKEND, _pg.create)
+
+
+_register()

@@ -1,0 +1,713 @@
+"""process_group.py - the "kaitian" torch.distributed backend: a ProcessGroup
+written in Python whose every operation runs in libkaitian.
+
+Each group owns three communicators, bootstrapped through the store torch hands
+to the backend creator: one for collectives and two for point-to-point messages
+(one carries messages from lower to higher ranks, the other the reverse), so a
+send never waits behind a collective and two ranks can send to each other at
+the same time, as gloo allows.
+
+Works: a call that torch's Python API makes with async_op=False (and send/recv)
+runs as a blocking call of the core on the caller's thread. Otherwise the op is
+issued non-blocking and a torch Future is completed by the completion thread
+(_completion.py). torch's Python wrappers get a Work whose wait() raises the
+core's error; C++ callers (DDP's reducer, broadcast_coalesced) get the Work of
+torch._C._distributed_c10d._create_work_from_future, which C++ keeps alive.
+"""
+import ctypes
+import sys
+import time
+import weakref
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d_py
+
+from . import _completion as C
+from . import _lib
+from . import _tensors as T
+from ._store import StoreBridge
+
+_c10d = torch._C._distributed_c10d
+_work_from_future = _c10d._create_work_from_future
+_lib_ = _lib.lib
+
+# torch >= 2.0 puts plugin backends behind a C++ ProcessGroup ("Backend"
+# objects): every call then comes from C++.
+TORCH2 = hasattr(_c10d, "Backend") and hasattr(_c10d.ProcessGroup, "_register_backend")
+_Base = _c10d.Backend if TORCH2 else _c10d.ProcessGroup
+
+_C10D_FILE = c10d_py.__file__
+if _C10D_FILE.endswith(".pyc"):
+    _C10D_FILE = _C10D_FILE[:-1]
+
+# torch.distributed functions that call a ProcessGroup method and then either
+# wait at once (async_op=False; send/recv always) or hand the work to the user.
+_WRAPPERS = frozenset((
+    "all_reduce", "all_reduce_coalesced", "broadcast", "reduce", "all_gather",
+    "all_gather_into_tensor", "_all_gather_base", "all_gather_coalesced", "gather", "scatter",
+    "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all",
+    "all_to_all_single", "barrier", "isend", "irecv", "send", "recv", "all_reduce_multigpu",
+    "broadcast_multigpu", "reduce_multigpu", "all_gather_multigpu", "reduce_scatter_multigpu"))
+_ALWAYS_SYNC = frozenset(("send", "recv"))
+_NEVER_SYNC = frozenset(("isend", "irecv"))
+
+OTHER, PYTHON, SYNC = 0, 1, 2
+
+
+def _caller_mode(depth=2):
+    """How the method `depth` frames up was called: SYNC when torch's Python
+    wrapper waits right away, PYTHON when it returns the work to the user,
+    OTHER for any other caller (C++ through the trampoline, user code)."""
+    f = sys._getframe(depth)
+    code = f.f_code
+    if code.co_filename != _C10D_FILE or code.co_name not in _WRAPPERS:
+        return OTHER
+    name = code.co_name
+    if name in _ALWAYS_SYNC:
+        return SYNC
+    if name in _NEVER_SYNC:
+        return PYTHON
+    return SYNC if f.f_locals.get("async_op", True) is False else PYTHON
+
+
+class _DoneWork:
+    """What a SYNC call returns: the op is over; torch's wrapper calls wait()."""
+
+    __slots__ = ("_result", "_source")
+
+    def __init__(self, result, source=-1):
+        self._result, self._source = result, source
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+    def is_success(self):
+        return True
+
+    def exception(self):
+        return None
+
+    def result(self):
+        return self._result
+
+    def source_rank(self):
+        return self._source
+
+    _source_rank = source_rank
+
+    def synchronize(self):
+        pass
+
+    def get_future(self):
+        fut = C.new_future(self._result if isinstance(self._result, list) else [])
+        fut.set_result(self._result)
+        return fut
+
+
+class Work(_c10d.Work):
+    """The work torch's Python API returns to the user for an async op.
+
+    wait() blocks until the core is done and raises its error
+    (torch_kaitian.KaitianError) if the op failed."""
+
+    def __init__(self, fut, pending):
+        super().__init__()
+        self._fut = fut
+        self._pending = pending
+
+    def wait(self, timeout=None):
+        if not self._fut.done():
+            comp = C.completer()
+            if comp.on_completion_thread():  # a future callback waits: complete ops here
+                comp.drive(self._pending)
+        self._fut.wait()
+        return True
+
+    def is_completed(self):
+        return self._fut.done()
+
+    def is_success(self):
+        if not self._fut.done():
+            return False
+        try:
+            self._fut.value()
+            return True
+        except Exception:  # noqa: BLE001
+            return False
+
+    def exception(self):
+        if not self._fut.done():
+            return None
+        try:
+            self._fut.value()
+            return None
+        except Exception as e:  # noqa: BLE001
+            return e
+
+    def result(self):
+        return self._fut.value()
+
+    def source_rank(self):
+        self.wait()
+        return self._pending.source
+
+    _source_rank = source_rank
+
+    def synchronize(self):
+        pass
+
+    def get_future(self):
+        return self._fut
+
+    def __repr__(self):
+        return f"<torch_kaitian.Work {self._pending.what()} {'done' if self._fut.done() else 'running'}>"
+
+
+def _ms(timeout):
+    if timeout is None:
+        return 0
+    if isinstance(timeout, timedelta):
+        return max(1, int(timeout.total_seconds() * 1000))
+    return max(1, int(timeout))
+
+
+def _release_comms(comms, outstanding):
+    """Free a group's communicators (finalizer: the group died or the process exits)."""
+    for comm in comms:
+        if comm:
+            if outstanding[0] > 0:  # some op can never finish now: unblock it
+                _lib_.kt_comm_abort(comm)
+            _lib_.kt_comm_destroy(comm)
+
+
+def _one(tensors, what):
+    if isinstance(tensors, torch.Tensor):
+        return tensors, [tensors]
+    if len(tensors) != 1:
+        raise ValueError(f"kaitian backend: {what} takes exactly one tensor per process, "
+                         f"got {len(tensors)}")
+    return tensors[0], tensors
+
+
+def _opt(opts, name, default):
+    return getattr(opts, name, default) if opts is not None else default
+
+
+def _reduce_op(opts):
+    if opts is None:
+        return _lib.SUM, "SUM"
+    rop = opts if not hasattr(opts, "reduceOp") else opts.reduceOp
+    return T.kt_op(rop), T.op_name(rop)
+
+
+def _flat_host(n, dtype, pin):
+    """(host tensor of n elements, view for the core, kt dtype, elements per torch element)."""
+    host = torch.empty(n, dtype=dtype, pin_memory=pin)
+    if dtype in T.NATIVE:
+        return host, host, T.NATIVE[dtype], 1
+    view = host.view(torch.uint8)
+    return host, view, _lib.UINT8, host.element_size()
+
+
+def _any_cuda(tensors):
+    return any(t.is_cuda for t in tensors) and torch.cuda.is_available()
+
+
+def _copy_slices(host, outs):
+    off = 0
+    for o in outs:
+        n = o.numel()
+        o.copy_(host[off:off + n].view(o.shape))
+        off += n
+
+
+class ProcessGroupKaitian(_Base):
+    """A torch ProcessGroup over KaiTian communicators. Created by torch through
+    the backend creator registered as "kaitian" (see torch_kaitian.__init__)."""
+
+    def __init__(self, store, rank, size, timeout=None):
+        super().__init__(rank, size)
+        self._rank, self._size = rank, size
+        self._store = store
+        self._timeout_ms = _ms(timeout)
+        self._outstanding = [0]
+        self._recv_counts = {}  # (src, tag) -> messages received (for recv from any source)
+        # A generation per creation over this store, the same on every rank: a
+        # group created again (after destroy) over a reused store never reads
+        # the keys of the previous one.
+        gen = (int(store.add("kaitian/generation", 1)) - 1) // size
+        self._prefix = f"kaitian/{gen}"
+        bridge = StoreBridge(store)
+        comms = []
+        try:
+            for part in ("coll", "p2p-up", "p2p-down") if size > 1 else ("coll",):
+                comms.append(self._init_comm(bridge, f"{self._prefix}/{part}"))
+        except BaseException:
+            _release_comms(comms, [0])
+            raise
+        finally:
+            bridge.free()
+        self._comm = comms[0]
+        self._p2p_up = comms[1] if size > 1 else None    # lower rank -> higher rank
+        self._p2p_down = comms[2] if size > 1 else None  # higher rank -> lower rank
+        self._comms = comms
+        self._completer = C.completer()
+        self._finalizer = weakref.finalize(self, _release_comms, comms, self._outstanding)
+
+    def _init_comm(self, bridge, prefix):
+        comm = ctypes.c_void_p()
+        pre = prefix.encode()
+        cfg = _lib.Config(ctypes.sizeof(_lib.Config), self._timeout_ms, pre)
+        rc = _lib_.kt_comm_init(ctypes.byref(comm), self._rank, self._size, bridge.handle,
+                                ctypes.byref(cfg))
+        if rc != _lib.SUCCESS:
+            msg = (f"kaitian backend: rank {self._rank} of {self._size}: communicator '{prefix}' "
+                   f"could not be set up through torch's store: {_lib.strerror(rc)}: {_lib.last_error()}")
+            if bridge.error:
+                msg += f" ({bridge.error})"
+            raise C.KaitianError(rc, msg)
+        return comm
+
+    # ---- torch's ProcessGroup interface: names -------------------------------------
+    def getBackendName(self):  # noqa: N802 - the C++ name the trampoline looks up
+        return "kaitian"
+
+    def name(self):
+        return "kaitian"
+
+    _get_backend_name = name
+
+    def _start_coalescing(self, *args, **kwargs):
+        """batch_isend_irecv: ops run as issued (p2p directions never block each other)."""
+
+    def _end_coalescing(self, *args, **kwargs):
+        pass
+
+    def __repr__(self):
+        return f"<ProcessGroupKaitian rank {self._rank} of {self._size}>"
+
+    # ---- issuing ---------------------------------------------------------------------
+    def _submit(self, comm, name, args, what, mode, result, keep=None, finish=None, source=-1):
+        """Run kt_<name>(*args, comm) blocking (SYNC) or kt_i<name> with a future.
+
+        what: callable giving the op's description for error messages. finish:
+        run after success (copy staged results back). result: the future's value.
+        Raises on an error at issue time (nothing was started then)."""
+        if mode == SYNC:
+            rc = getattr(_lib_, "kt_" + name)(*args, comm)
+            if rc != _lib.SUCCESS:
+                raise C.make_error(rc, _lib.last_error(), what())
+            if finish is not None:
+                finish()
+            return _DoneWork(result, source)
+        req = ctypes.c_void_p()
+        rc = getattr(_lib_, "kt_i" + name)(*args, comm, ctypes.byref(req))
+        if rc != _lib.SUCCESS:
+            raise C.make_error(rc, _lib.last_error(), what())
+        fut = C.new_future(result)
+        op = C.Pending(req, fut, finish, result, keep, what)
+        op.source = source
+        op.counter = self._outstanding
+        self._outstanding[0] += 1
+        self._completer.add(op)
+        if mode == PYTHON and not TORCH2:
+            return Work(fut, op)
+        return _work_from_future(fut)
+
+    def _desc(self, what):
+        return lambda: f"rank {self._rank} of {self._size}: {what}"
+
+    # ---- collectives -----------------------------------------------------------------
+    def allreduce(self, tensors, opts=None):
+        mode = _caller_mode()
+        t, tensors = _one(tensors, "allreduce")
+        op, opname = _reduce_op(opts)
+        b = T.stage(t, op=op)
+        return self._submit(
+            self._comm, "allreduce", (b.ptr, b.ptr, b.count, b.dt, op),
+            lambda: f"rank {self._rank} of {self._size}: allreduce of {t.numel()} {t.dtype} "
+                    f"({opname})",
+            mode, tensors, (b, tensors), b.writeback if b._back else None)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        mode = _caller_mode()
+        if not tensors:
+            return self._submit(self._comm, "barrier", (), self._desc("allreduce_coalesced"),
+                                mode, [])
+        op, opname = _reduce_op(opts)
+        t0 = T.check_same(tensors, "allreduce_coalesced")
+        work, dt, how = T.reduce_plan(t0.dtype, op)
+        flat = T.flat_stage(tensors, work=work)
+        view = torch.view_as_real(flat) if how == "complex" else (
+            flat.view(torch.int64) if how == "uint64" else flat)
+        n = view.numel()
+        ptr = view.data_ptr() if n else T.EMPTY_PTR
+        return self._submit(
+            self._comm, "allreduce", (ptr, ptr, n, dt, op),
+            self._desc(f"allreduce_coalesced of {len(tensors)} {t0.dtype} tensors ({opname})"),
+            mode, tensors, (flat, tensors), lambda: T.unflatten_into(flat, tensors))
+
+    def broadcast(self, tensors, opts=None):
+        mode = _caller_mode()
+        t, tensors = _one(tensors, "broadcast")
+        root = _opt(opts, "rootRank", 0)
+        self._check_root(root, "broadcast")
+        is_root = root == self._rank
+        b = T.stage(t, read=is_root, write=not is_root)
+        return self._submit(
+            self._comm, "broadcast", (b.ptr, b.ptr, b.count, b.dt, root),
+            self._desc(f"broadcast of {t.numel()} {t.dtype} from root {root}"),
+            mode, tensors, (b, tensors), b.writeback if b._back else None)
+
+    def reduce(self, tensors, opts=None):
+        mode = _caller_mode()
+        t, tensors = _one(tensors, "reduce")
+        op, opname = _reduce_op(opts)
+        root = _opt(opts, "rootRank", 0)
+        self._check_root(root, "reduce")
+        is_root = root == self._rank
+        b = T.stage(t, op=op, read=True, write=is_root)
+        return self._submit(
+            self._comm, "reduce", (b.ptr, b.ptr if is_root else None, b.count, b.dt, op, root),
+            self._desc(f"reduce of {t.numel()} {t.dtype} ({opname}) to root {root}"),
+            mode, tensors, (b, tensors), b.writeback if b._back else None)
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        mode = _caller_mode()
+        t, input_tensors = _one(input_tensors, "allgather")
+        if len(output_tensors) != 1:
+            raise ValueError("kaitian backend: allgather takes one output list per process, "
+                             f"got {len(output_tensors)}")
+        outs = output_tensors[0]
+        self._check_list(outs, t, "allgather output")
+        b = T.stage(t, read=True, write=False)
+        counts = [o.numel() for o in outs]
+        if counts[self._rank] != t.numel():
+            raise ValueError(f"kaitian backend: allgather: output tensor {self._rank} has "
+                             f"{counts[self._rank]} elements but the input has {t.numel()}")
+        host, view, dt, k = _flat_host(sum(counts), t.dtype, _any_cuda(outs))
+        what = self._desc(f"allgather of {t.numel()} {t.dtype}")
+        finish = lambda: _copy_slices(host, outs)  # noqa: E731
+        if all(c == counts[0] for c in counts):
+            args = (b.ptr, view.data_ptr() or T.EMPTY_PTR, b.count, dt)
+            return self._submit(self._comm, "allgather", args, what, mode, output_tensors,
+                                (b, host, outs), finish)
+        rc = T.size_array([c * k for c in counts])
+        rd = T.size_array([sum(counts[:i]) * k for i in range(len(counts))])
+        args = (b.ptr, b.count, view.data_ptr() or T.EMPTY_PTR, rc, rd, dt)
+        return self._submit(self._comm, "allgatherv", args, what, mode, output_tensors,
+                            (b, host, outs, rc, rd), finish)
+
+    def _allgather_base(self, output, input, opts=None):  # noqa: A002 - torch's names
+        mode = _caller_mode()
+        if output.numel() != input.numel() * self._size:
+            raise ValueError(f"kaitian backend: all_gather_into_tensor: output has {output.numel()} "
+                             f"elements, expected {self._size} x {input.numel()}")
+        if output.dtype != input.dtype:
+            raise ValueError(f"kaitian backend: all_gather_into_tensor: output dtype {output.dtype} "
+                             f"differs from input dtype {input.dtype}")
+        bo = T.stage(output, read=False, write=True)
+        bi = T.stage(input, read=True, write=False)
+        return self._submit(
+            self._comm, "allgather", (bi.ptr, bo.ptr, bi.count, bi.dt),
+            self._desc(f"all_gather_into_tensor of {input.numel()} {input.dtype}"),
+            mode, [output], (bi, bo, output, input), bo.writeback if bo._back else None)
+
+    all_gather_into_tensor = _allgather_base
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        mode = _caller_mode()
+        # Every input as bytes, each at a 16-byte aligned offset, in one buffer.
+        sizes = [t.numel() * t.element_size() for t in input_list]
+        offs, off = [], 0
+        for s in sizes:
+            offs.append(off)
+            off += (s + 15) // 16 * 16
+        total = off
+        pin = _any_cuda(list(input_list))
+        send = torch.zeros(total, dtype=torch.uint8, pin_memory=pin)
+        for t, o, s in zip(input_list, offs, sizes):
+            if s:
+                send[o:o + s].copy_(t.contiguous().reshape(-1).view(torch.uint8))
+        if len(output_lists) != self._size:
+            raise ValueError(f"kaitian backend: allgather_coalesced: {len(output_lists)} output "
+                             f"lists, expected {self._size}")
+        recv = torch.empty(total * self._size, dtype=torch.uint8)
+
+        def finish():
+            for r, outs in enumerate(output_lists):
+                if len(outs) != len(input_list):
+                    raise ValueError(f"kaitian backend: allgather_coalesced: output list {r} has "
+                                     f"{len(outs)} tensors, expected {len(input_list)}")
+                for o, t, of, s in zip(outs, input_list, offs, sizes):
+                    chunk = recv[r * total + of: r * total + of + s]
+                    o.copy_(chunk.view(t.dtype).view(o.shape) if s else o)
+        return self._submit(
+            self._comm, "allgather", (send.data_ptr() or T.EMPTY_PTR, recv.data_ptr() or T.EMPTY_PTR,
+                                      total, _lib.UINT8),
+            self._desc(f"allgather_coalesced of {len(input_list)} tensors ({total} bytes)"),
+            mode, output_lists, (send, recv, input_list, output_lists), finish)
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        mode = _caller_mode()
+        t, input_tensors = _one(input_tensors, "gather")
+        root = _opt(opts, "rootRank", 0)
+        self._check_root(root, "gather")
+        b = T.stage(t, read=True, write=False)
+        what = self._desc(f"gather of {t.numel()} {t.dtype} to root {root}")
+        if self._rank != root:
+            if output_tensors and any(len(o) for o in output_tensors):
+                raise ValueError("kaitian backend: gather: only the root passes output tensors")
+            return self._submit(self._comm, "gather", (b.ptr, None, b.count, b.dt, root), what,
+                                mode, [], (b, t))
+        if len(output_tensors) != 1:
+            raise ValueError("kaitian backend: gather: the root passes one output list")
+        outs = output_tensors[0]
+        self._check_list(outs, t, "gather output")
+        for i, o in enumerate(outs):
+            if o.numel() != t.numel():
+                raise ValueError(f"kaitian backend: gather: output tensor {i} has {o.numel()} "
+                                 f"elements, the input {t.numel()} (sizes must be equal)")
+        host, view, dt, _k = _flat_host(t.numel() * self._size, t.dtype, _any_cuda(outs))
+        return self._submit(
+            self._comm, "gather", (b.ptr, view.data_ptr() or T.EMPTY_PTR, b.count, dt, root), what,
+            mode, output_tensors, (b, host, outs), lambda: _copy_slices(host, outs))
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        mode = _caller_mode()
+        t, output_tensors = _one(output_tensors, "scatter")
+        root = _opt(opts, "rootRank", 0)
+        self._check_root(root, "scatter")
+        b = T.stage(t, read=False, write=True)
+        what = self._desc(f"scatter of {t.numel()} {t.dtype} from root {root}")
+        fin = b.writeback if b._back else None
+        if self._rank != root:
+            if input_tensors and any(len(i) for i in input_tensors):
+                raise ValueError("kaitian backend: scatter: only the root passes input tensors")
+            return self._submit(self._comm, "scatter", (None, b.ptr, b.count, b.dt, root), what,
+                                mode, output_tensors, (b, t), fin)
+        if len(input_tensors) != 1:
+            raise ValueError("kaitian backend: scatter: the root passes one input list")
+        ins = input_tensors[0]
+        self._check_list(ins, t, "scatter input")
+        for i, x in enumerate(ins):
+            if x.numel() != t.numel():
+                raise ValueError(f"kaitian backend: scatter: input tensor {i} has {x.numel()} "
+                                 f"elements, the output {t.numel()} (sizes must be equal)")
+        flat = T.flat_stage(ins)
+        view = flat if t.dtype in T.NATIVE else flat.view(torch.uint8)
+        return self._submit(
+            self._comm, "scatter", (view.data_ptr() or T.EMPTY_PTR, b.ptr, b.count, b.dt, root),
+            what, mode, output_tensors, (b, flat, ins), fin)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        mode = _caller_mode()
+        t, output_tensors = _one(output_tensors, "reduce_scatter")
+        if len(input_tensors) != 1:
+            raise ValueError("kaitian backend: reduce_scatter takes one input list per process")
+        ins = input_tensors[0]
+        self._check_list(ins, t, "reduce_scatter input")
+        op, opname = _reduce_op(opts)
+        work, dt, how = T.reduce_plan(t.dtype, op)
+        flat = T.flat_stage(ins, work=work)
+        fview = torch.view_as_real(flat) if how == "complex" else (
+            flat.view(torch.int64) if how == "uint64" else flat)
+        what = self._desc(f"reduce_scatter of {t.numel()} {t.dtype} ({opname})")
+        counts = [x.numel() for x in ins]
+        if counts[self._rank] != t.numel():
+            raise ValueError(f"kaitian backend: reduce_scatter: input tensor {self._rank} has "
+                             f"{counts[self._rank]} elements, the output {t.numel()}")
+        if all(c == counts[0] for c in counts):
+            b = T.stage(t, op=op, read=False, write=True)
+            return self._submit(
+                self._comm, "reduce_scatter", (fview.data_ptr() or T.EMPTY_PTR, b.ptr, b.count, dt, op),
+                what, mode, output_tensors, (b, flat, ins), b.writeback if b._back else None)
+        # Uneven blocks: allreduce everything, keep this rank's block.
+        off = sum(counts[:self._rank])
+        n = fview.numel()
+        ptr = fview.data_ptr() or T.EMPTY_PTR
+        return self._submit(
+            self._comm, "allreduce", (ptr, ptr, n, dt, op), what, mode, output_tensors,
+            (flat, ins), lambda: t.copy_(flat[off:off + t.numel()].view(t.shape)))
+
+    def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002
+        mode = _caller_mode()
+        if input.numel() != output.numel() * self._size:
+            raise ValueError(f"kaitian backend: reduce_scatter_tensor: input has {input.numel()} "
+                             f"elements, expected {self._size} x {output.numel()}")
+        if output.dtype != input.dtype:
+            raise ValueError(f"kaitian backend: reduce_scatter_tensor: output dtype {output.dtype} "
+                             f"differs from input dtype {input.dtype}")
+        op, opname = _reduce_op(opts)
+        bi = T.stage(input, op=op, read=True, write=False)
+        bo = T.stage(output, op=op, read=False, write=True)
+        return self._submit(
+            self._comm, "reduce_scatter", (bi.ptr, bo.ptr, bo.count, bo.dt, op),
+            self._desc(f"reduce_scatter_tensor of {output.numel()} {output.dtype} ({opname})"),
+            mode, [output], (bi, bo, input, output), bo.writeback if bo._back else None)
+
+    reduce_scatter_tensor = _reduce_scatter_base
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: A002
+        mode = _caller_mode()
+        if output.dtype != input.dtype:
+            raise ValueError(f"kaitian backend: all_to_all_single: output dtype {output.dtype} "
+                             f"differs from input dtype {input.dtype}")
+        p = self._size
+        same = output.data_ptr() == input.data_ptr() and output.numel() > 0
+        bi = T.stage(input.clone() if same else input, read=True, write=False)
+        bo = T.stage(output, read=False, write=True)
+        k = bo.count // output.numel() if output.numel() else (
+            bi.count // input.numel() if input.numel() else 1)
+        what = self._desc(f"all_to_all_single of {input.numel()} -> {output.numel()} {input.dtype}")
+        fin = bo.writeback if bo._back else None
+        if not output_split_sizes and not input_split_sizes:
+            if input.numel() % p or input.numel() != output.numel():
+                raise ValueError(f"kaitian backend: all_to_all_single: input ({input.numel()}) and "
+                                 f"output ({output.numel()}) must have the same size, divisible by "
+                                 f"the group size {p}")
+            return self._submit(self._comm, "alltoall", (bi.ptr, bo.ptr, bi.count // p, bi.dt),
+                                what, mode, [output], (bi, bo, input, output), fin)
+        sc, sd = self._splits(input, input_split_sizes, k, "input")
+        rc, rd = self._splits(output, output_split_sizes, k, "output")
+        return self._submit(self._comm, "alltoallv", (bi.ptr, sc, sd, bo.ptr, rc, rd, bi.dt), what,
+                            mode, [output], (bi, bo, input, output, sc, sd, rc, rd), fin)
+
+    def _splits(self, t, splits, k, which):
+        p = self._size
+        rows = t.shape[0] if t.dim() else 1
+        row = (t.numel() // rows) if rows else 0
+        if not splits:
+            if rows % p:
+                raise ValueError(f"kaitian backend: all_to_all_single: {which} dim 0 ({rows}) is "
+                                 f"not divisible by the group size {p} and no split sizes given")
+            splits = [rows // p] * p
+        if len(splits) != p or sum(splits) != rows:
+            raise ValueError(f"kaitian backend: all_to_all_single: {which} split sizes {list(splits)} "
+                             f"must have {p} entries summing to dim 0 ({rows})")
+        counts = [s * row * k for s in splits]
+        displs = [sum(counts[:i]) for i in range(p)]
+        return T.size_array(counts), T.size_array(displs)
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        mode = _caller_mode()
+        p = self._size
+        if len(output_tensors) != p or len(input_tensors) != p:
+            raise ValueError(f"kaitian backend: all_to_all: {len(input_tensors)} inputs and "
+                             f"{len(output_tensors)} outputs, expected {p} each")
+        dtype = input_tensors[0].dtype
+        for i, x in enumerate(list(input_tensors) + list(output_tensors)):
+            if x.dtype != dtype:
+                raise ValueError(f"kaitian backend: all_to_all: tensor dtypes differ ({x.dtype} vs "
+                                 f"{dtype})")
+        send = T.flat_stage(list(input_tensors))
+        recv_host, rview, dt, k = _flat_host(sum(o.numel() for o in output_tensors), dtype,
+                                             _any_cuda(list(output_tensors)))
+        sview = send if dtype in T.NATIVE else send.view(torch.uint8)
+        scn = [x.numel() * k for x in input_tensors]
+        rcn = [o.numel() * k for o in output_tensors]
+        sc, sd = T.size_array(scn), T.size_array([sum(scn[:i]) for i in range(p)])
+        rc, rd = T.size_array(rcn), T.size_array([sum(rcn[:i]) for i in range(p)])
+        return self._submit(
+            self._comm, "alltoallv",
+            (sview.data_ptr() or T.EMPTY_PTR, sc, sd, rview.data_ptr() or T.EMPTY_PTR, rc, rd, dt),
+            self._desc(f"all_to_all of {p} {dtype} tensors"), mode, list(output_tensors),
+            (send, recv_host, input_tensors, output_tensors, sc, sd, rc, rd),
+            lambda: _copy_slices(recv_host, output_tensors))
+
+    def barrier(self, opts=None):
+        mode = _caller_mode()
+        return self._submit(self._comm, "barrier", (), self._desc("barrier"), mode, [])
+
+    # ---- point to point --------------------------------------------------------------
+    def _p2p_comm(self, peer, sending):
+        if not 0 <= peer < self._size:
+            raise ValueError(f"kaitian backend: rank {self._rank}: peer rank {peer} is not in "
+                             f"[0, {self._size})")
+        if peer == self._rank:
+            raise ValueError(f"kaitian backend: rank {self._rank} cannot send to or receive from "
+                             "itself")
+        up = (self._rank < peer) if sending else (peer < self._rank)
+        return self._p2p_up if up else self._p2p_down
+
+    def _any_key(self, src, dst, tag):
+        return f"{self._prefix}/any/{src}-{dst}/{tag}"
+
+    def send(self, tensors, dstRank, tag=0):  # noqa: N803 - torch's names
+        mode = _caller_mode()
+        t, tensors = _one(tensors, "send")
+        comm = self._p2p_comm(dstRank, True)
+        if tag < 0:
+            raise ValueError(f"kaitian backend: send: tag must be >= 0, got {tag}")
+        b = T.stage(t, read=True, write=False)
+        # Announce the message for a receiver that may not name its source.
+        self._store.add(self._any_key(self._rank, dstRank, tag), 1)
+        return self._submit(
+            comm, "send", (b.ptr, b.count, b.dt, dstRank, tag),
+            self._desc(f"send of {t.numel()} {t.dtype} to rank {dstRank} (tag {tag})"),
+            mode, tensors, (b, tensors))
+
+    def recv(self, tensors, srcRank, tag=0, _mode=None):  # noqa: N803
+        mode = _caller_mode() if _mode is None else _mode
+        t, tensors = _one(tensors, "recv")
+        comm = self._p2p_comm(srcRank, False)
+        if tag < 0:
+            raise ValueError(f"kaitian backend: recv: tag must be >= 0, got {tag}")
+        b = T.stage(t, read=False, write=True)
+        key = (srcRank, tag)
+        self._recv_counts[key] = self._recv_counts.get(key, 0) + 1
+        return self._submit(
+            comm, "recv", (b.ptr, b.count, b.dt, srcRank, tag),
+            self._desc(f"recv of {t.numel()} {t.dtype} from rank {srcRank} (tag {tag})"),
+            mode, tensors, (b, tensors), b.writeback if b._back else None, source=srcRank)
+
+    def recv_anysource(self, tensors, tag=0):
+        """Receive from whichever rank has sent a message (with this tag) not yet
+        received here. Senders announce each message in the store; this waits
+        (on the caller's thread, up to the group's timeout) until one has."""
+        mode = _caller_mode()
+        deadline = time.monotonic() + (self._timeout_ms or 1800000) / 1000.0
+        pause = 0.0001
+        order = [(self._rank + i) % self._size for i in range(1, self._size)]
+        while True:
+            for src in order:
+                sent = int(self._store.add(self._any_key(src, self._rank, tag), 0))
+                if sent > self._recv_counts.get((src, tag), 0):
+                    return self.recv(tensors, src, tag, _mode=mode)
+            if time.monotonic() > deadline:
+                raise C.KaitianError(
+                    _lib.ERR_TIMEOUT,
+                    f"kaitian backend: rank {self._rank} of {self._size}: recv from any source "
+                    f"(tag {tag}): no rank sent a message within {self._timeout_ms} ms")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+
+    # ---- checks ----------------------------------------------------------------------
+    def _check_root(self, root, what):
+        if not 0 <= root < self._size:
+            raise ValueError(f"kaitian backend: {what}: root rank {root} is not in [0, {self._size})")
+
+    def _check_list(self, lst, t, what):
+        if len(lst) != self._size:
+            raise ValueError(f"kaitian backend: {what} list has {len(lst)} tensors, expected the "
+                             f"group size {self._size}")
+        for i, o in enumerate(lst):
+            if o.dtype != t.dtype:
+                raise ValueError(f"kaitian backend: {what} tensor {i} has dtype {o.dtype}, "
+                                 f"expected {t.dtype}")
+
+
+def create(store, rank, size, timeout):
+    """The backend creator torch calls (Backend.register_backend)."""
+    return ProcessGroupKaitian(store, rank, size, timeout)
+
+
+def _create_extended(dist_opts, pg_opts=None):
+    return ProcessGroupKaitian(dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
+                               dist_opts.timeout)
+
