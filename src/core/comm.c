@@ -52,9 +52,7 @@ void kt__comm_fail(struct kt_comm_s *c, kt_result r) {
   pthread_mutex_unlock(&c->mu);
   if (first) {
     KT_WARN("communicator of rank %d/%d failed: %s: %s", c->rank, c->size, kt_strerror(r), msg);
-    char why[1100];
-    snprintf(why, sizeof why, "[rank %d] %s", c->rank, msg);
-    kt__tcp_broadcast_abort(c, why);
+    kt__tcp_broadcast_abort(c, msg); /* msg starts with "rank N:" */
   }
 }
 

@@ -223,8 +223,8 @@ static kt_result check_header(kt__exec *ex, int peer, kt__xfer *x) {
   describe_hdr(&want, mine, sizeof mine);
   describe_hdr(&got, theirs, sizeof theirs);
   return kt__err(KT_ERR_MISMATCH,
-                 "mismatched operations: rank %d expected (%s) from %s, which sent (%s)",
-                 ex->comm->rank, mine, who, theirs);
+                 "mismatched operations: this rank expected (%s) from %s, which sent (%s)", mine,
+                 who, theirs);
 }
 
 static kt_result advance_recvs(kt__exec *ex, int peer, bool *moved) {

@@ -33,7 +33,7 @@ endforeach()
 
 # 3. Mismatched operations fail on every rank, quickly, never hang (the
 #    timeout is far beyond the time allowed).
-foreach(kind bcast bcastroot1 count countlarge)
+foreach(kind bcast bcastroot1 count countlarge dtype op)
   kt_fault_test(mismatch.np2.${kind} 120 2 scenario.sh --np 2 --max-s 30
     --env KAITIAN_TIMEOUT=60000 -- mismatch kind=${kind})
 endforeach()

@@ -6,7 +6,7 @@
  *   killloop   dir=D [count=N]        loop allreduces until a peer is killed
  *   deadpeer   victim=V mode=kill|exit   V dies after a barrier
  *   timeout    sleeper=S sleep_ms=T expect_ms=E [strict=0|1]
- *   mismatch   kind=bcast|bcastroot1|count|countlarge
+ *   mismatch   kind=bcast|bcastroot1|count|countlarge|dtype|op
  *   abort      mode=blocking|nonblocking [wait_ms=T] [strict=0|1]
  *   graceful   kind=late_destroy|p2p
  * Unknown keys (the scripts pass mark=<unique marker>, to find leftover
@@ -411,6 +411,8 @@ static int scenario_mismatch(kt_comm comm) {
   const char *kind = arg("kind", "bcast");
   size_t count = 100, count1 = 100;
   bool bcast = false;
+  kt_dtype dtype1 = KT_FLOAT32; /* rank 1's dtype and op */
+  kt_op op1 = KT_SUM;
   int root = 0;
   if (!strcmp(kind, "bcast")) {
     bcast = true;
@@ -422,6 +424,10 @@ static int scenario_mismatch(kt_comm comm) {
   } else if (!strcmp(kind, "countlarge")) {
     count = 1 << 20;
     count1 = (1 << 20) + 64;
+  } else if (!strcmp(kind, "dtype")) { /* same bytes, other type */
+    dtype1 = KT_INT32;
+  } else if (!strcmp(kind, "op")) {
+    op1 = KT_MAX;
   } else {
     fprintf(stderr, "fault_prog mismatch: unknown kind=%s\n", kind);
     return 2;
@@ -436,7 +442,8 @@ static int scenario_mismatch(kt_comm comm) {
     r = kt_broadcast(in, out, count, KT_FLOAT32, root, comm);
   } else {
     what = "allreduce";
-    r = kt_allreduce(in, out, g_rank == 1 ? count1 : count, KT_FLOAT32, KT_SUM, comm);
+    r = kt_allreduce(in, out, g_rank == 1 ? count1 : count, g_rank == 1 ? dtype1 : KT_FLOAT32,
+                     g_rank == 1 ? op1 : KT_SUM, comm);
   }
   int64_t dt = mono_ms() - t0;
   char msg[1024], name[64];
