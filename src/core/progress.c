@@ -59,8 +59,12 @@ static void *progress_main(void *arg) {
     pthread_mutex_lock(&c->mu);
     c->busy = false;
     req->result = r;
+    /* Setting done is the last touch of req (kt_wait may free it at once);
+     * the tag is posted after, so that its receiver finds the request done. */
+    struct kt_cq_s *cq = req->cq;
+    uint64_t cq_tag = req->cq_tag;
     atomic_store_explicit(&req->done, 1, memory_order_release);
-    if (req->cq) kt__cq_push(req->cq, req->cq_tag);
+    if (cq) kt__cq_push(cq, cq_tag);
     pthread_cond_broadcast(&c->cv);
   }
   pthread_mutex_unlock(&c->mu);
