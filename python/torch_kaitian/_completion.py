@@ -36,6 +36,8 @@ def make_error(code, detail, what):
     if callable(what):
         what = what()
     text = _lib.strerror(code)
+    if code == _lib.ERR_TIMEOUT:  # torch's tests and users grep for "Timed out"
+        text = "Timed out (KT_ERR_TIMEOUT)"
     msg = f"kaitian backend: {what} failed: {text}"
     if detail:
         msg += f": {detail}"

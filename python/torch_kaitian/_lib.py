@@ -161,6 +161,7 @@ _COLL = {
     "send": (c_void_p, c_size_t, c_int, c_int, c_int, c_void_p),
     "recv": (c_void_p, c_size_t, c_int, c_int, c_int, c_void_p),
 }
+COLLECTIVES = tuple(_COLL)
 for _name, _args in _COLL.items():
     _decl("kt_" + _name, c_int, *_args)
     _decl("kt_i" + _name, c_int, *(_args + (_R,)))

@@ -126,10 +126,17 @@ def _byte_view(h):
     return h.reshape(-1).view(torch.uint8)
 
 
+_BITWISE = (_lib.BAND, _lib.BOR, _lib.BXOR)
+
+
 def stage(t, read=True, write=True, op=None):
     """Buf for tensor t. read: the core reads t (copy it in); write: the core
     writes t (copy back afterwards). op: a kt op for reductions, None to move
     the elements as they are (any dtype)."""
+    if t.is_cpu and t.is_contiguous():  # fast path: the core uses t's memory
+        dt = NATIVE.get(t.dtype)
+        if dt is not None and (op not in _BITWISE or t.dtype not in _FLOATS):
+            return Buf(t, t, t, dt, False)
     if op is not None:
         work, dt, how = reduce_plan(t.dtype, op)
     elif t.dtype in NATIVE:

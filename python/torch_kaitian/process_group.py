@@ -55,6 +55,9 @@ _NEVER_SYNC = frozenset(("isend", "irecv"))
 
 OTHER, PYTHON, SYNC = 0, 1, 2
 
+_BLOCKING = {n: getattr(_lib_, "kt_" + n) for n in _lib.COLLECTIVES}
+_NONBLOCKING = {n: getattr(_lib_, "kt_i" + n) for n in _lib.COLLECTIVES}
+
 
 def _caller_mode(depth=2):
     """How the method `depth` frames up was called: SYNC when torch's Python
@@ -198,11 +201,21 @@ def _opt(opts, name, default):
     return getattr(opts, name, default) if opts is not None else default
 
 
+_OP_CACHE = {}
+
+
 def _reduce_op(opts):
+    """(kt op, name) of an options object's reduceOp (or of a ReduceOp itself)."""
     if opts is None:
         return _lib.SUM, "SUM"
-    rop = opts if not hasattr(opts, "reduceOp") else opts.reduceOp
-    return T.kt_op(rop), T.op_name(rop)
+    rop = opts.reduceOp if hasattr(opts, "reduceOp") else opts
+    key = getattr(rop, "op", rop)
+    hit = _OP_CACHE.get(key)
+    if hit is None:
+        hit = (T.kt_op(rop), T.op_name(rop))
+        if T.op_name(rop) != "PREMUL_SUM":  # never cache an op that carries a factor
+            _OP_CACHE[key] = hit
+    return hit
 
 
 def _flat_host(n, dtype, pin):
@@ -299,14 +312,14 @@ class ProcessGroupKaitian(_Base):
         run after success (copy staged results back). result: the future's value.
         Raises on an error at issue time (nothing was started then)."""
         if mode == SYNC:
-            rc = getattr(_lib_, "kt_" + name)(*args, comm)
+            rc = _BLOCKING[name](*args, comm)
             if rc != _lib.SUCCESS:
                 raise C.make_error(rc, _lib.last_error(), what())
             if finish is not None:
                 finish()
             return _DoneWork(result, source)
         req = ctypes.c_void_p()
-        rc = getattr(_lib_, "kt_i" + name)(*args, comm, ctypes.byref(req))
+        rc = _NONBLOCKING[name](*args, comm, ctypes.byref(req))
         if rc != _lib.SUCCESS:
             raise C.make_error(rc, _lib.last_error(), what())
         fut = C.new_future(result)
@@ -327,12 +340,70 @@ class ProcessGroupKaitian(_Base):
         mode = _caller_mode()
         t, tensors = _one(tensors, "allreduce")
         op, opname = _reduce_op(opts)
+        if t.is_sparse:
+            return self._sparse_allreduce(t, tensors, op, opname, mode)
         b = T.stage(t, op=op)
         return self._submit(
             self._comm, "allreduce", (b.ptr, b.ptr, b.count, b.dt, op),
             lambda: f"rank {self._rank} of {self._size}: allreduce of {t.numel()} {t.dtype} "
                     f"({opname})",
             mode, tensors, (b, tensors), b.writeback if b._back else None)
+
+    def _completed(self, mode, result):
+        if mode == SYNC:
+            return _DoneWork(result)
+        fut = C.new_future(result)
+        fut.set_result(result)
+        return Work(fut, None) if mode == PYTHON and not TORCH2 else _work_from_future(fut)
+
+    def _sparse_allreduce(self, t, tensors, op, opname, mode):
+        """Sparse COO SUM, as gloo does it: gather every rank's indices and values,
+        add them up, leave the coalesced sum in t. Runs to completion before
+        returning (blocking calls of the core)."""
+        if op != _lib.SUM:
+            raise T.KaitianUnsupported(f"kaitian backend: sparse allreduce supports ReduceOp SUM "
+                                       f"only, not {opname}")
+        src = t.detach().cpu()
+        idx = src._indices().contiguous()
+        vals = src._values().contiguous()
+        p = self._size
+        what = self._desc(f"sparse allreduce of {tuple(t.shape)} {t.dtype}")
+
+        def run(name, *args):
+            rc = getattr(_lib_, "kt_" + name)(*args, self._comm)
+            if rc != _lib.SUCCESS:
+                raise C.make_error(rc, _lib.last_error(), what())
+
+        nnz = torch.tensor([idx.shape[1]], dtype=torch.int64)
+        all_nnz = torch.empty(p, dtype=torch.int64)
+        run("allgather", nnz.data_ptr(), all_nnz.data_ptr(), 1, _lib.INT64)
+        counts = all_nnz.tolist()
+
+        def gatherv(local, per_item):
+            n = [c * per_item for c in counts]
+            bl = T.stage(local.reshape(-1), read=True, write=False)
+            host, view, dt, k = _flat_host(sum(n), local.dtype, False)
+            rc_, rd_ = T.size_array([x * k for x in n]), T.size_array([sum(n[:i]) * k for i in range(p)])
+            run("allgatherv", bl.ptr, bl.count, view.data_ptr() or T.EMPTY_PTR, rc_, rd_, dt)
+            return host, n
+
+        sdim = idx.shape[0]
+        dense = vals.shape[1:]
+        per_val = 1
+        for d in dense:
+            per_val *= d
+        ihost, _ = gatherv(idx, sdim)
+        vhost, _ = gatherv(vals, per_val)
+        parts_i, parts_v, oi, ov = [], [], 0, 0
+        for c in counts:
+            parts_i.append(ihost[oi:oi + c * sdim].view(sdim, c))
+            parts_v.append(vhost[ov:ov + c * per_val].view((c,) + tuple(dense)))
+            oi += c * sdim
+            ov += c * per_val
+        total = torch.sparse_coo_tensor(torch.cat(parts_i, 1), torch.cat(parts_v, 0), src.shape)
+        total = total.coalesce()
+        t.copy_(total.to(t.device))
+        return self._completed(mode, tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
         mode = _caller_mode()

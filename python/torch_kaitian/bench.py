@@ -1,0 +1,202 @@
+"""python -m torch_kaitian.bench - kaitian against gloo through torch.distributed.
+
+In one run, on the same ranks:
+  1. dist.all_reduce of float32 from 8 B to 64 MiB, kaitian and gloo (time per
+     call and the ratio), plus kt_allreduce called directly on the same
+     communicator (the C API's own time), so the binding's overhead shows;
+  2. the mean DDP training step of a fixed model, split into compute (the same
+     step without gradient synchronisation, DDP's no_sync) and communication
+     (the rest), for both backends.
+
+Started plainly it forks its own ranks (-n, default 2); under `kaitian run` or
+torchrun (RANK set) it uses the ranks it was started as.
+"""
+import argparse
+import os
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+SIZES = [8 << (3 * i) for i in range(8)] + [64 << 20]  # 8 B, 64 B, ..., 16 MiB, 64 MiB
+
+
+def _fmt_size(n):
+    for unit, s in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= s:
+            return f"{n // s} {unit}"
+    return f"{n} B"
+
+
+def _iters(nbytes, scale):
+    return max(3, int(min(2000, (32 << 20) // max(nbytes, 16 << 10)) * scale))
+
+
+def _time_loop(fn, iters, reps):
+    """Best mean time per call over reps runs of iters calls (seconds)."""
+    best = float("inf")
+    for _ in range(reps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / iters)
+    return best
+
+
+def _agree(value, group=None):
+    """The slowest rank's value (what a user waits for)."""
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return t.item()
+
+
+def bench_allreduce(gloo, scale, reps):
+    from . import _lib
+    pg = dist.distributed_c10d._get_default_group()
+    rows = []
+    for nbytes in SIZES:
+        x = torch.ones(nbytes // 4, dtype=torch.float32)
+        iters = _iters(nbytes, scale)
+        for _ in range(3):  # warm up both paths (connections, page faults)
+            dist.all_reduce(x)
+            dist.all_reduce(x, group=gloo)
+        t_kt = _agree(_time_loop(lambda: dist.all_reduce(x), iters, reps))
+        ptr, n, comm = x.data_ptr(), x.numel(), pg._comm
+        f = _lib.lib.kt_allreduce
+        t_c = _agree(_time_loop(lambda: f(ptr, ptr, n, _lib.FLOAT32, _lib.SUM, comm), iters, reps))
+        g_iters = max(3, iters // 4)
+        t_gl = _agree(_time_loop(lambda: dist.all_reduce(x, group=gloo), g_iters, reps))
+        rows.append((nbytes, t_c, t_kt, t_gl))
+        if dist.get_rank() == 0:
+            print(f"  {_fmt_size(nbytes):>8s} {t_c * 1e6:11.1f} {t_kt * 1e6:11.1f} "
+                  f"{(t_kt - t_c) * 1e6:9.1f} {t_gl * 1e6:11.1f} {t_gl / t_kt:8.1f}x", flush=True)
+    return rows
+
+
+class _Model(torch.nn.Module):
+    """A fixed MLP: 4 hidden layers of 1024 (about 4.5 M parameters, 17 MiB of gradients)."""
+
+    def __init__(self):
+        super().__init__()
+        layers, width = [], 1024
+        layers += [torch.nn.Linear(256, width), torch.nn.ReLU()]
+        for _ in range(3):
+            layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+        layers += [torch.nn.Linear(width, 10)]
+        self.net = torch.nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def bench_ddp(group, steps):
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(_Model(), process_group=group)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(32, 256)
+    y = torch.randint(0, 10, (32,))
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step(sync):
+        opt.zero_grad(set_to_none=True)
+        if sync:
+            loss_fn(model(x), y).backward()
+        else:
+            with model.no_sync():
+                loss_fn(model(x), y).backward()
+        opt.step()
+
+    for _ in range(3):
+        step(True)
+        step(False)
+    times = {True: [], False: []}
+    for _ in range(steps):
+        for sync in (False, True):
+            dist.barrier(group=group)
+            t0 = time.perf_counter()
+            step(sync)
+            times[sync].append(time.perf_counter() - t0)
+    total = _agree(statistics.mean(times[True]))
+    compute = _agree(statistics.mean(times[False]))
+    return total, compute, max(0.0, total - compute)
+
+
+def _worker(rank, size, port, args):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(size))
+    _run(args)
+
+
+def _run(args):
+    import torch_kaitian  # noqa: F401 - registers "kaitian"
+    torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // int(os.environ["WORLD_SIZE"])))
+    dist.init_process_group("kaitian")
+    gloo = dist.new_group(backend="gloo")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    if rank == 0:
+        print(f"torch_kaitian bench: {size} ranks, torch {torch.__version__}, KaiTian "
+              f"{torch_kaitian.core_version} ({torch_kaitian.library_path}), "
+              f"{torch.get_num_threads()} torch thread(s) per rank")
+    if not args.skip_allreduce:
+        if rank == 0:
+            print("\ndist.all_reduce(float32), time per call in microseconds (best of "
+                  f"{args.reps} runs, slowest rank)")
+            print(f"  {'size':>8s} {'C API':>11s} {'kaitian':>11s} {'overhead':>9s} {'gloo':>11s} "
+                  f"{'gloo/kt':>9s}")
+        bench_allreduce(gloo, args.scale, args.reps)
+    if not args.skip_ddp:
+        results = {}
+        for name, group in (("kaitian", None), ("gloo", gloo)):
+            results[name] = bench_ddp(group, args.steps)
+        if rank == 0:
+            print(f"\nDDP step of a fixed MLP (4.5 M parameters, batch 32), mean of {args.steps} "
+                  "steps, milliseconds")
+            print(f"  {'backend':>8s} {'step':>8s} {'compute':>8s} {'comm':>8s}")
+            for name, (total, compute, comm) in results.items():
+                print(f"  {name:>8s} {total * 1e3:8.2f} {compute * 1e3:8.2f} {comm * 1e3:8.2f}")
+            kc, gc = results["kaitian"][2], results["gloo"][2]
+            ratio = f"{gc / kc:.1f}x" if kc > 0 else "n/a (kaitian's exposed communication rounds to 0)"
+            print(f"  communication per step: gloo / kaitian = {ratio}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m torch_kaitian.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-n", "--nproc", type=int, default=2, help="ranks to fork (default 2)")
+    ap.add_argument("--steps", type=int, default=20, help="DDP steps to average (default 20)")
+    ap.add_argument("--reps", type=int, default=3, help="timing runs per size (best is kept)")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply iteration counts")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads per rank")
+    ap.add_argument("--skip-allreduce", action="store_true")
+    ap.add_argument("--skip-ddp", action="store_true")
+    args = ap.parse_args(argv)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        _run(args)
+        return 0
+    import torch.multiprocessing as mp
+    port = _free_port()
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_worker, args=(r, args.nproc, port, args)) for r in range(args.nproc)]
+    for p in procs:
+        p.start()
+    status = 0
+    for p in procs:
+        p.join()
+        status = status or (p.exitcode != 0)
+    return 1 if status else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
