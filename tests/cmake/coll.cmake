@@ -51,11 +51,24 @@ foreach(np 1 2 3 4 5 8)
     list(GET parts 1 algo)
     list(GET parts 2 which)
     if(np LESS_EQUAL 4)
-      kt_coll_test(coll.np${np}.${suffix} ${np} 600 "KAITIAN_ALGO=${algo}" --coll ${which})
+      kt_coll_test(coll.np${np}.${suffix} ${np} 300 "KAITIAN_ALGO=${algo}" --coll ${which})
     else()
-      kt_coll_test(coll.np${np}.${suffix} ${np} 600 "KAITIAN_ALGO=${algo}" --coll ${which} --quick)
+      kt_coll_test(coll.np${np}.${suffix} ${np} 300 "KAITIAN_ALGO=${algo}" --coll ${which} --quick)
     endif()
   endforeach()
+endforeach()
+
+# Stress variants of documented settings: ring pipelining and segmentation
+# with chunks that are not a multiple of every element size and many
+# segments per call; tiny socket buffers, so every large transfer meets
+# back-pressure (ordering, partial writes, deadlock avoidance).
+foreach(np 2 3 5)
+  kt_coll_test(coll.np${np}.ring_small_chunks ${np} 300
+    "KAITIAN_ALGO=ring;KAITIAN_CHUNK_BYTES=1001;KAITIAN_RING_SEGMENT_BYTES=20000"
+    --coll allreduce,allgather,allgatherv,reduce_scatter --quick)
+endforeach()
+foreach(np 2 3)
+  kt_coll_test(coll.np${np}.small_socket_buffers ${np} 300 "KAITIAN_SOCKET_BUFFER_BYTES=4096" --quick)
 endforeach()
 
 # The checks themselves must be able to fail: corrupt every result in several
