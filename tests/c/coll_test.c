@@ -20,7 +20,7 @@
 
 enum {
   C_ALLREDUCE, C_BROADCAST, C_REDUCE, C_ALLGATHER, C_ALLGATHERV, C_REDUCE_SCATTER, C_GATHER,
-  C_SCATTER, C_ALLTOALL, C_ALLTOALLV, C_BARRIER, C_P2P, C_SENDRECV, C_NCOLL
+  C_SCATTER, C_ALLTOALL, C_ALLTOALLV, C_BARRIER, C_P2P, C_SENDRECV, C_MIXED, C_NCOLL
 };
 
 /* inplace: the header defines an in-place form; nb: a kt_i* variant exists. */
@@ -41,6 +41,7 @@ static const struct {
     [C_BARRIER] = {"barrier", false, false, false, true},
     [C_P2P] = {"p2p", false, false, false, true}, /* kt_send/kt_recv ring */
     [C_SENDRECV] = {"sendrecv", false, false, false, false},
+    [C_MIXED] = {"mixed", false, false, false, true}, /* batches of different kinds */
 };
 
 enum { M_BLOCK, M_NB_WAIT, M_NB_TEST };
@@ -785,6 +786,40 @@ static void run_coll(int coll) {
   }
 }
 
+/* Non-blocking batches whose members are different collectives (and p2p),
+ * cycling through dtypes, ops, counts, roots and in-place forms. */
+static void run_mixed(void) {
+  static const int kinds[] = {C_ALLREDUCE, C_BROADCAST, C_REDUCE,   C_ALLGATHER, C_P2P,
+                              C_ALLGATHERV, C_REDUCE_SCATTER, C_GATHER, C_SCATTER,
+                              C_ALLTOALL,  C_ALLTOALLV};
+  const int nkinds = (int)(sizeof kinds / sizeof kinds[0]);
+  int total = T.quick ? 48 : 144, nbatch = 0, k = 0;
+  tcase batch[NB_BATCH];
+  for (int i = 0; i < total; i++) {
+    tcase *c = &batch[k];
+    memset(c, 0, sizeof *c);
+    c->coll = kinds[(i * 7) % nkinds]; /* 7 is prime to 11: every kind in every slot */
+    if (c->coll == C_P2P && T.size == 1) c->coll = C_ALLREDUCE;
+    c->dt = (kt_dtype)(i % KT_NUM_DTYPES);
+    c->op = REF_RAW;
+    if (colls[c->coll].reduces) /* the first valid op from a rotating start (sum always is) */
+      for (int j = 0; j < KT_NUM_OPS; j++) {
+        c->op = (kt_op)((i / KT_NUM_DTYPES + j) % KT_NUM_OPS);
+        if (ref_op_valid(c->dt, c->op)) break;
+      }
+    size_t counts[4] = {ODD_COUNT, 1, 0, large_for(c->coll, c->dt)};
+    c->count = counts[(i / 3) % 4];
+    c->inplace = colls[c->coll].inplace && (i / 2) % 2;
+    c->root = colls[c->coll].rooted ? (i / 5) % T.size : 0;
+    c->shift = 1;
+    c->salt = hash3(T.seed, (uint64_t)C_MIXED * 1000003u + (uint64_t)i, 7);
+    if (++k == NB_BATCH || i == total - 1) {
+      run_batch(batch, k, nbatch++ % 2 ? M_NB_TEST : M_NB_WAIT);
+      k = 0;
+    }
+  }
+}
+
 /* ---- barrier ---------------------------------------------------------------- */
 
 /* Each round one rank arrives late; after the barrier every rank must see
@@ -927,6 +962,7 @@ int main(int argc, char **argv) {
     double t0 = now_s();
     long c0 = T.cases, f0 = T.failures;
     if (coll == C_BARRIER) run_barrier();
+    else if (coll == C_MIXED) run_mixed();
     else run_coll(coll);
     if (T.rank == 0)
       printf("coll_test: %-14s %5ld cases, %ld failed on rank 0, %.2f s\n", colls[coll].name,
