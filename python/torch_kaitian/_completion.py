@@ -4,8 +4,14 @@ One daemon thread per process blocks in kt_cq_wait (a ctypes call: the GIL is
 released while it waits). For each tag it frees the request with kt_wait (which
 returns at once with the op's result), reads the error text on this same thread,
 copies staged results back into the caller's tensors and completes the torch
-Future with set_result or set_exception. The C progress thread never calls into
-Python.
+Future. The C progress thread never calls into Python.
+
+Errors: torch's Python Future.set_exception stores the exception as the
+future's *value* (C++ consumers such as DDP's reducer would take it for a
+result). So every op has two futures: the one this thread completes (`fut`,
+with the value or a _Failure) and the one users and C++ get (`user`, made by
+fut.then(_unwrap)), in which a failure is a real error that wait() and value()
+raise, in Python and in C++.
 """
 import ctypes
 import os
@@ -44,16 +50,31 @@ def make_error(code, detail, what):
     return KaitianError(code, msg)
 
 
+class _Failure:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc):
+        self.exc = exc
+
+
+def _unwrap(fut):
+    value = fut.value()
+    if isinstance(value, _Failure):
+        raise value.exc
+    return value
+
+
 class Pending:
     """An op in flight: its request, the future to complete, what to keep alive."""
 
-    __slots__ = ("req", "fut", "finish", "result", "keep", "what", "source", "counter")
+    __slots__ = ("req", "fut", "finish", "result", "keep", "what", "source", "counter", "exc")
 
     def __init__(self, req, fut, finish, result, keep, what):
         self.req, self.fut, self.finish, self.result = req, fut, finish, result
         self.keep, self.what = keep, what
         self.source = -1
         self.counter = None  # [n]: the group's count of ops in flight
+        self.exc = None  # the op's error, once it failed
 
 
 class Completer:
@@ -104,7 +125,7 @@ class Completer:
         """Complete ops on the calling thread until op is done: used when a future
         callback running on the completion thread waits for another op."""
         tag = ctypes.c_uint64()
-        while not op.fut.done():
+        while not op.fut.done():  # op.fut completes before op.user (then-callback)
             rc = _lib.lib.kt_cq_wait(self.cq, ctypes.byref(tag), -1)
             if rc != _lib.SUCCESS or tag.value == _WAKE:
                 if self.stopping:
@@ -134,13 +155,11 @@ class Completer:
             except Exception as e:  # noqa: BLE001 - handed to the waiter
                 exc = e
         op.keep = None
+        op.exc = exc
         if op.counter is not None:
             op.counter[0] -= 1
         try:
-            if exc is None:
-                op.fut.set_result(value)
-            else:
-                op.fut.set_exception(exc)
+            op.fut.set_result(value if exc is None else _Failure(exc))
         except Exception:  # noqa: BLE001 - a user callback failed; torch logs nothing
             sys.stderr.write("kaitian backend: a future callback raised:\n" + traceback.format_exc())
 
@@ -181,3 +200,10 @@ def new_future(tensors):
     if devs:
         return torch.futures.Future(devices=[torch.device("cuda", i) for i in devs])
     return torch.futures.Future()
+
+
+def new_op_futures(tensors):
+    """(fut, user): the future the completion thread completes and the one to
+    hand out, whose failures are real errors (see the module comment)."""
+    fut = new_future(tensors)
+    return fut, fut.then(_unwrap)

@@ -54,11 +54,11 @@ def _agree(value, group=None):
     return t.item()
 
 
-def bench_allreduce(gloo, scale, reps):
+def bench_allreduce(gloo, scale, reps, max_bytes):
     from . import _lib
     pg = dist.distributed_c10d._get_default_group()
     rows = []
-    for nbytes in SIZES:
+    for nbytes in [s for s in SIZES if s <= max_bytes]:
         x = torch.ones(nbytes // 4, dtype=torch.float32)
         iters = _iters(nbytes, scale)
         for _ in range(3):  # warm up both paths (connections, page faults)
@@ -147,7 +147,7 @@ def _run(args):
                   f"{args.reps} runs, slowest rank)")
             print(f"  {'size':>8s} {'C API':>11s} {'kaitian':>11s} {'overhead':>9s} {'gloo':>11s} "
                   f"{'gloo/kt':>9s}")
-        bench_allreduce(gloo, args.scale, args.reps)
+        bench_allreduce(gloo, args.scale, args.reps, args.max_bytes)
     if not args.skip_ddp:
         results = {}
         for name, group in (("kaitian", None), ("gloo", gloo)):
@@ -179,6 +179,7 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=3, help="timing runs per size (best is kept)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply iteration counts")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per rank")
+    ap.add_argument("--max-bytes", type=int, default=64 << 20, help="largest all_reduce size")
     ap.add_argument("--skip-allreduce", action="store_true")
     ap.add_argument("--skip-ddp", action="store_true")
     args = ap.parse_args(argv)

@@ -115,44 +115,42 @@ class _DoneWork:
 class Work(_c10d.Work):
     """The work torch's Python API returns to the user for an async op.
 
-    wait() blocks until the core is done and raises its error
-    (torch_kaitian.KaitianError) if the op failed."""
+    wait() blocks until the core is done and raises the op's error
+    (torch_kaitian.KaitianError, with the core's message) if it failed."""
 
     def __init__(self, fut, pending):
         super().__init__()
         self._fut = fut
         self._pending = pending
 
+    def _error(self):
+        return self._pending.exc if self._pending is not None else None
+
     def wait(self, timeout=None):
         if not self._fut.done():
             comp = C.completer()
-            if comp.on_completion_thread():  # a future callback waits: complete ops here
-                comp.drive(self._pending)
-        self._fut.wait()
+            if comp.on_completion_thread() and self._pending is not None:
+                comp.drive(self._pending)  # a future callback waits: complete ops here
+        try:
+            self._fut.wait()
+        except Exception:
+            exc = self._error()
+            if exc is not None:
+                raise exc from None  # the core's error itself, not torch's wrapping of it
+            raise
         return True
 
     def is_completed(self):
         return self._fut.done()
 
     def is_success(self):
-        if not self._fut.done():
-            return False
-        try:
-            self._fut.value()
-            return True
-        except Exception:  # noqa: BLE001
-            return False
+        return self._fut.done() and self._error() is None
 
     def exception(self):
-        if not self._fut.done():
-            return None
-        try:
-            self._fut.value()
-            return None
-        except Exception as e:  # noqa: BLE001
-            return e
+        return self._error() if self._fut.done() else None
 
     def result(self):
+        self.wait()
         return self._fut.value()
 
     def source_rank(self):
@@ -168,7 +166,8 @@ class Work(_c10d.Work):
         return self._fut
 
     def __repr__(self):
-        return f"<torch_kaitian.Work {self._pending.what()} {'done' if self._fut.done() else 'running'}>"
+        what = self._pending.what() if self._pending is not None else "op"
+        return f"<torch_kaitian.Work {what} {'done' if self._fut.done() else 'running'}>"
 
 
 def _ms(timeout):
@@ -322,15 +321,15 @@ class ProcessGroupKaitian(_Base):
         rc = _NONBLOCKING[name](*args, comm, ctypes.byref(req))
         if rc != _lib.SUCCESS:
             raise C.make_error(rc, _lib.last_error(), what())
-        fut = C.new_future(result)
+        fut, user = C.new_op_futures(result)
         op = C.Pending(req, fut, finish, result, keep, what)
         op.source = source
         op.counter = self._outstanding
         self._outstanding[0] += 1
         self._completer.add(op)
         if mode == PYTHON and not TORCH2:
-            return Work(fut, op)
-        return _work_from_future(fut)
+            return Work(user, op)
+        return _work_from_future(user)
 
     def _desc(self, what):
         return lambda: f"rank {self._rank} of {self._size}: {what}"

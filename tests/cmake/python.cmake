@@ -1,0 +1,48 @@
+# python.cmake - the PyTorch backend (python/torch_kaitian): import and library
+# lookup, every operation at 1-3 ranks and over env:// tcp:// file://, errors
+# surfacing from the core, asynchronous completion and DDP, the README's
+# training job against gloo, a slice of torch's own conformance suite and the
+# benchmark. Needs a Python with torch ($PYTHON, else /usr/bin/python3); the
+# full conformance suite is `make conformance` (tests/python/conformance.py).
+# Not under sanitizers: an ASan/TSan libkaitian cannot be loaded into python3.
+if(KT_SANITIZE_ADDRESS OR KT_SANITIZE_THREAD)
+  return()
+endif()
+if(DEFINED ENV{PYTHON} AND NOT "$ENV{PYTHON}" STREQUAL "")
+  set(KT_PYTHON "$ENV{PYTHON}")
+else()
+  set(KT_PYTHON /usr/bin/python3)
+endif()
+execute_process(COMMAND ${KT_PYTHON} -c "import torch.distributed, numpy"
+                RESULT_VARIABLE kt_py_rc OUTPUT_QUIET ERROR_QUIET)
+if(NOT kt_py_rc EQUAL 0)
+  message(STATUS "python tests: ${KT_PYTHON} cannot import torch: tests of torch_kaitian are not added")
+  return()
+endif()
+
+set(KT_PY_DIR ${KT_TEST_DIR}/python)
+# Every test loads this build's library and runs ranks under the same Python.
+set(KT_PY_ENV KAITIAN_LIBRARY=$<TARGET_FILE:kaitian> PYTHON=${KT_PYTHON} KAITIAN_TIMEOUT=120000
+    PYTHONPATH=${PROJECT_SOURCE_DIR}/python)
+
+# kt_py_test(name timeout_s command...)
+function(kt_py_test name timeout)
+  add_test(NAME python_${name} COMMAND ${CMAKE_COMMAND} -E env ${KT_PY_ENV} ${ARGN})
+  set_tests_properties(python_${name} PROPERTIES TIMEOUT ${timeout} LABELS "python;no_sanitizer")
+endfunction()
+
+kt_py_test(import 60 ${KT_PYTHON} ${KT_PY_DIR}/test_import.py)
+kt_py_test(ops_np1 300 ${KT_CLI} run -n 1 ${KT_PY_DIR}/test_ops.py)
+kt_py_test(ops_np2 300 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_ops.py)
+kt_py_test(ops_np3 400 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_ops.py)
+kt_py_test(ops_tcp_init 200 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_ops.py --init tcp --quick)
+kt_py_test(ops_file_init 200 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_ops.py --init file --quick)
+foreach(scenario timeout dead_peer mismatch ddp)
+  kt_py_test(errors_${scenario} 120 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_errors.py ${scenario})
+endforeach()
+kt_py_test(async 200 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_async.py)
+kt_py_test(train_digits 600 ${KT_PYTHON} ${KT_PY_DIR}/test_train_digits.py ${KT_CLI})
+kt_py_test(conformance_smoke 600 ${KT_PYTHON} ${KT_PY_DIR}/conformance.py --world-size 2
+           -k test_all_reduce_sum -k test_broadcast_full -k test_DistributedDataParallelCPU
+           -k test_send_recv_any_source -k test_sparse_all_reduce_sum)
+kt_py_test(bench_smoke 300 ${KT_PYTHON} -m torch_kaitian.bench --max-bytes 65536 --reps 1 --scale 0.05 --steps 2)

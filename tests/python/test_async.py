@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+"""test_async.py - asynchronous for real, and DDP on top of it. Run as
+`kaitian run -n 2 test_async.py`.
+
+  - async_op=True returns at once although the peer joins 1.5 s later;
+  - the torch Future completes with nobody waiting on it (a callback fires
+    while the caller only sleeps);
+  - a future callback may itself wait for another op (no deadlock);
+  - DDP: after a few steps every rank's parameters equal those of one process
+    training on the whole batch; with a comm hook over async all_reduce the
+    first bucket's communication completes before the last bucket is even
+    ready (communication overlaps backward).
+"""
+import os
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import torch_kaitian  # noqa: E402,F401
+
+RANK = int(os.environ["RANK"])
+WS = int(os.environ["WORLD_SIZE"])
+
+
+def returns_at_once():
+    x = torch.ones(1 << 16)
+    if RANK == 0:
+        t0 = time.monotonic()
+        w = dist.all_reduce(x, async_op=True)
+        issued = time.monotonic() - t0
+        assert issued < 0.5, f"async all_reduce took {issued:.2f} s to return"
+        assert not w.is_completed(), "completed although the peer has not joined"
+        w.wait()
+        waited = time.monotonic() - t0
+        assert waited > 1.0, f"wait() returned after {waited:.2f} s, before the peer joined"
+        assert torch.equal(x, torch.full((1 << 16,), float(WS)))
+        print(f"rank 0: async all_reduce returned in {issued * 1e3:.1f} ms, completed after {waited:.2f} s")
+    else:
+        time.sleep(1.5)
+        dist.all_reduce(x)
+
+
+def completes_alone():
+    x = torch.full((1000,), float(RANK))
+    fired = threading.Event()
+    seen = {}
+
+    def cb(fut):
+        seen["value"] = fut.value()[0].clone()
+        seen["thread"] = threading.current_thread().name
+        fired.set()
+
+    fut = dist.all_reduce(x, async_op=True).get_future()
+    fut.add_done_callback(cb)
+    assert fired.wait(30), "the future never completed while nobody waited on it"
+    assert torch.equal(seen["value"], torch.full((1000,), float(sum(range(WS))))), seen
+    print(f"rank {RANK}: future completed alone (callback ran on thread {seen['thread']})")
+
+
+def callback_waits():
+    a, b = torch.ones(10), torch.ones(10)
+    out = {}
+
+    def cb(fut):
+        w = dist.all_reduce(b, async_op=True)  # issued and waited for inside a callback
+        w.wait()
+        out["b"] = b.clone()
+        return fut.value()
+
+    fut = dist.all_reduce(a, async_op=True).get_future().then(cb)
+    fut.wait()
+    assert torch.equal(out["b"], torch.full((10,), float(WS))), out
+    assert torch.equal(a, torch.full((10,), float(WS)))
+    print(f"rank {RANK}: a callback waited for another op")
+
+
+def ddp_matches_single_process():
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(20, 32), nn.Tanh(), nn.Linear(32, 4))
+    model = nn.parallel.DistributedDataParallel(
+        nn.Sequential(nn.Linear(20, 32), nn.Tanh(), nn.Linear(32, 4)))
+    model.module.load_state_dict(ref.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        xs = [torch.randn(6, 20, generator=g) for _ in range(WS)]
+        ys = [torch.randn(6, 4, generator=g) for _ in range(WS)]
+        opt.zero_grad()
+        nn.functional.mse_loss(model(xs[RANK]), ys[RANK]).backward()
+        opt.step()
+        ropt.zero_grad()
+        nn.functional.mse_loss(ref(torch.cat(xs)), torch.cat(ys)).backward()
+        ropt.step()
+    for (name, p), q in zip(model.module.named_parameters(), ref.parameters()):
+        assert torch.allclose(p, q, atol=1e-5), f"rank {RANK}: {name} differs from the single process"
+    print(f"rank {RANK}: DDP parameters equal the single-process ones")
+
+
+def ddp_overlaps():
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(8):
+        layers += [nn.Linear(512, 512), nn.ReLU()]
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(*layers), bucket_cap_mb=1)
+    issued, done = [], []
+
+    def hook(state, bucket):
+        buf = bucket.buffer()
+        issued.append(time.monotonic())
+        fut = dist.all_reduce(buf, async_op=True).get_future()
+
+        def fin(f):
+            done.append(time.monotonic())
+            return f.value()[0].div_(WS)
+        return fut.then(fin)
+
+    model.register_comm_hook(None, hook)
+    x = torch.randn(64, 512)
+    for _ in range(3):  # first iterations rebuild buckets
+        issued.clear()
+        done.clear()
+        model(x).sum().backward()
+    assert len(issued) >= 3, f"only {len(issued)} buckets"
+    overlapped = min(done) < max(issued)
+    print(f"rank {RANK}: {len(issued)} buckets; first completion {1e3 * (min(done) - min(issued)):.1f} ms "
+          f"after the first issue, last issue at {1e3 * (max(issued) - min(issued)):.1f} ms: "
+          f"{'overlapped' if overlapped else 'NOT overlapped'}")
+    assert overlapped, "no bucket's communication completed before backward issued the last one"
+
+
+def main():
+    dist.init_process_group("kaitian")
+    for test in (returns_at_once, completes_alone, callback_waits, ddp_matches_single_process,
+                 ddp_overlaps):
+        dist.barrier()
+        test()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
