@@ -7,17 +7,26 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 CTEST_FLAGS ?= --output-on-failure
 # Debian packages the build and the tests need (installed when missing).
-DEB_PACKAGES := gcc make cmake iproute2 procps
+DEB_PACKAGES := gcc make cmake iproute2 procps \
+  python3-torch python3-numpy python3-sklearn python3-setuptools python3-pip
+# The interpreter with torch (Debian's python3-torch); the python3 first on
+# PATH may be another one.
+PYTHON ?= /usr/bin/python3
+# The PyTorch side runs from the source tree with this build's library.
+KT_PY_ENV = KAITIAN_LIBRARY=$(abspath $(BUILD))/libkaitian.so PYTHONPATH=$(CURDIR)/python PYTHON=$(PYTHON)
 
-.PHONY: all build demo test test-release test-asan tsan install deps clean help
+.PHONY: all build demo demo-bench test test-release test-asan tsan install deps clean help conformance
 
 all: build
 
 help:
-	@echo "make demo     build, then run a 4-rank job of kaitian bench -c 1 and explain the table"
+	@echo "make demo     build, then train a CNN on the digits data with DDP over \"kaitian\" (2 ranks)"
+	@echo "make demo-bench  a 4-rank job of kaitian bench -c 1 with an explanation of the table"
+	@echo "make conformance  torch's own distributed test suite, gloo vs kaitian, 2 and 3 ranks (~6 min)"
 	@echo "make test     install missing packages, build, run the suite (release, then ASan+UBSan)"
 	@echo "make tsan     run the suite under ThreadSanitizer"
-	@echo "make install  install to PREFIX=$(PREFIX) (library, header, kaitian, pkg-config, CMake package)"
+	@echo "make install  install to PREFIX=$(PREFIX) (library, header, kaitian, pkg-config, CMake package,"
+	@echo "              Python package torch_kaitian)"
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -31,7 +40,13 @@ build: deps
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
+	$(KT_PY_ENV) $(BUILD)/kaitian run -n 2 examples/train_digits.py
+
+demo-bench: build
 	@tools/demo.sh $(BUILD)/kaitian
+
+conformance: build
+	$(KT_PY_ENV) $(PYTHON) tests/python/conformance.py --world-size 2,3
 
 test: test-release test-asan
 
@@ -51,6 +66,7 @@ tsan: deps
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
+	$(PYTHON) python/install.py --prefix $(PREFIX) --manifest $(BUILD)/install_manifest.txt
 
 clean:
 	rm -rf build build-asan build-tsan
