@@ -64,6 +64,20 @@ def _unwrap(fut):
     return value
 
 
+class InFlight:
+    """A group's count of ops in flight (issued from any thread, completed here)."""
+
+    __slots__ = ("n", "lock")
+
+    def __init__(self):
+        self.n = 0
+        self.lock = threading.Lock()
+
+    def add(self, k):
+        with self.lock:
+            self.n += k
+
+
 class Pending:
     """An op in flight: its request, the future to complete, what to keep alive."""
 
@@ -73,7 +87,7 @@ class Pending:
         self.req, self.fut, self.finish, self.result = req, fut, finish, result
         self.keep, self.what = keep, what
         self.source = -1
-        self.counter = None  # [n]: the group's count of ops in flight
+        self.counter = None  # the group's InFlight
         self.exc = None  # the op's error, once it failed
 
 
@@ -157,7 +171,7 @@ class Completer:
         op.keep = None
         op.exc = exc
         if op.counter is not None:
-            op.counter[0] -= 1
+            op.counter.add(-1)
         try:
             op.fut.set_result(value if exc is None else _Failure(exc))
         except Exception:  # noqa: BLE001 - a user callback failed; torch logs nothing

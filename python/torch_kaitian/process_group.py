@@ -33,10 +33,10 @@ _c10d = torch._C._distributed_c10d
 _work_from_future = _c10d._create_work_from_future
 _lib_ = _lib.lib
 
-# torch >= 2.0 puts plugin backends behind a C++ ProcessGroup ("Backend"
-# objects): every call then comes from C++.
-TORCH2 = hasattr(_c10d, "Backend") and hasattr(_c10d.ProcessGroup, "_register_backend")
-_Base = _c10d.Backend if TORCH2 else _c10d.ProcessGroup
+# A Python subclass of ProcessGroup: torch 1.13 uses what the creator returns
+# as the group; torch 2.x does too when it is a ProcessGroup (rather than a
+# per-device Backend), so torch's Python API calls these methods directly in both.
+_Base = _c10d.ProcessGroup
 
 _C10D_FILE = c10d_py.__file__
 if _C10D_FILE.endswith(".pyc"):
@@ -182,7 +182,7 @@ def _release_comms(comms, outstanding):
     """Free a group's communicators (finalizer: the group died or the process exits)."""
     for comm in comms:
         if comm:
-            if outstanding[0] > 0:  # some op can never finish now: unblock it
+            if outstanding.n > 0:  # some op can never finish now: unblock it
                 _lib_.kt_comm_abort(comm)
             _lib_.kt_comm_destroy(comm)
 
@@ -247,7 +247,7 @@ class ProcessGroupKaitian(_Base):
         self._rank, self._size = rank, size
         self._store = store
         self._timeout_ms = _ms(timeout)
-        self._outstanding = [0]
+        self._outstanding = C.InFlight()
         self._recv_counts = {}  # (src, tag) -> messages received (for recv from any source)
         # A generation per creation over this store, the same on every rank: a
         # group created again (after destroy) over a reused store never reads
@@ -260,7 +260,7 @@ class ProcessGroupKaitian(_Base):
             for part in ("coll", "p2p-up", "p2p-down") if size > 1 else ("coll",):
                 comms.append(self._init_comm(bridge, f"{self._prefix}/{part}"))
         except BaseException:
-            _release_comms(comms, [0])
+            _release_comms(comms, C.InFlight())
             raise
         finally:
             bridge.free()
@@ -325,9 +325,9 @@ class ProcessGroupKaitian(_Base):
         op = C.Pending(req, fut, finish, result, keep, what)
         op.source = source
         op.counter = self._outstanding
-        self._outstanding[0] += 1
+        self._outstanding.add(1)
         self._completer.add(op)
-        if mode == PYTHON and not TORCH2:
+        if mode == PYTHON:
             return Work(user, op)
         return _work_from_future(user)
 
@@ -353,7 +353,7 @@ class ProcessGroupKaitian(_Base):
             return _DoneWork(result)
         fut = C.new_future(result)
         fut.set_result(result)
-        return Work(fut, None) if mode == PYTHON and not TORCH2 else _work_from_future(fut)
+        return Work(fut, None) if mode == PYTHON else _work_from_future(fut)
 
     def _sparse_allreduce(self, t, tensors, op, opname, mode):
         """Sparse COO SUM, as gloo does it: gather every rank's indices and values,
@@ -473,8 +473,8 @@ class ProcessGroupKaitian(_Base):
         return self._submit(self._comm, "allgatherv", args, what, mode, output_tensors,
                             (b, host, outs, rc, rd), finish)
 
-    def _allgather_base(self, output, input, opts=None):  # noqa: A002 - torch's names
-        mode = _caller_mode()
+    def _allgather_base(self, output, input, opts=None, _mode=None):  # noqa: A002 - torch's names
+        mode = _caller_mode() if _mode is None else _mode
         if output.numel() != input.numel() * self._size:
             raise ValueError(f"kaitian backend: all_gather_into_tensor: output has {output.numel()} "
                              f"elements, expected {self._size} x {input.numel()}")
@@ -605,8 +605,8 @@ class ProcessGroupKaitian(_Base):
             self._comm, "allreduce", (ptr, ptr, n, dt, op), what, mode, output_tensors,
             (flat, ins), lambda: t.copy_(flat[off:off + t.numel()].view(t.shape)))
 
-    def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002
-        mode = _caller_mode()
+    def _reduce_scatter_base(self, output, input, opts=None, _mode=None):  # noqa: A002
+        mode = _caller_mode() if _mode is None else _mode
         if input.numel() != output.numel() * self._size:
             raise ValueError(f"kaitian backend: reduce_scatter_tensor: input has {input.numel()} "
                              f"elements, expected {self._size} x {output.numel()}")
@@ -622,6 +622,33 @@ class ProcessGroupKaitian(_Base):
             mode, [output], (bi, bo, input, output), bo.writeback if bo._back else None)
 
     reduce_scatter_tensor = _reduce_scatter_base
+
+    def _each(self, mode, calls, result):
+        """Run several ops as one: calls is a list of (method, args); one work."""
+        if mode == SYNC:
+            for fn, args in calls:
+                fn(*args, _mode=SYNC)
+            return _DoneWork(result)
+        futs = [fn(*args, _mode=OTHER).get_future() for fn, args in calls]
+
+        def all_done(f):
+            for x in f.value():
+                x.value()  # raises the first op's error
+            return result
+        done = torch.futures.collect_all(futs).then(all_done)
+        return Work(done, None) if mode == PYTHON else _work_from_future(done)
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        """torch 2.x: all_gather_into_tensor on pairs of tensors."""
+        mode = _caller_mode()
+        return self._each(mode, [(self._allgather_base, (o, i)) for o, i in zip(outputs, inputs)],
+                          outputs)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        """torch 2.x: reduce_scatter_tensor on pairs of tensors."""
+        mode = _caller_mode()
+        return self._each(mode, [(self._reduce_scatter_base, (o, i, opts))
+                                 for o, i in zip(outputs, inputs)], outputs)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: A002
         mode = _caller_mode()
