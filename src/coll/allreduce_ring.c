@@ -19,7 +19,7 @@ kt_result kt__allreduce_ring(kt__exec *ex) {
   size_t es = kt_dtype_size(op->dtype), n = op->count;
   const char *sb = op->sendbuf;
   char *rb = op->recvbuf;
-  if (p == 1) {
+  if (p == 1 || n == 0) {
     if (sb != rb && n) memcpy(rb, sb, n * es);
     return KT_SUCCESS;
   }

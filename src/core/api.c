@@ -47,6 +47,12 @@ static kt_result check_buf(kt_comm c, const char *fn, const char *what, const vo
   return KT_SUCCESS;
 }
 
+/* size x count elements of dt must be addressable (checked on every rank of
+ * a rooted op, not only where the big buffer lives, so all ranks agree). */
+static kt_result check_total(kt_comm c, const char *fn, size_t count, kt_dtype dt) {
+  return check_buf(c, fn, "the root's buffer", "", count, (size_t)c->size, dt);
+}
+
 static kt_result check_rank(kt_comm c, const char *fn, const char *what, int r) {
   if (r < 0 || r >= c->size)
     return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s %d is out of range [0, %d)", c->rank, fn,
@@ -235,6 +241,7 @@ static kt_result gather(const void *sb, void *rb, size_t count, kt_dtype dt, int
   KT_CHECK(check_dtype(comm, fn, dt));
   KT_CHECK(check_rank(comm, fn, "root", root));
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
+  KT_CHECK(check_total(comm, fn, count, dt));
   if (comm->rank == root) KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, (size_t)comm->size, dt));
   kt__op o = {.coll = KT_COLL_GATHER, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt, .root = root};
   return issue(comm, &o, req);
@@ -252,6 +259,7 @@ static kt_result scatter(const void *sb, void *rb, size_t count, kt_dtype dt, in
   BEGIN(fn, nb);
   KT_CHECK(check_dtype(comm, fn, dt));
   KT_CHECK(check_rank(comm, fn, "root", root));
+  KT_CHECK(check_total(comm, fn, count, dt));
   if (comm->rank == root) KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, (size_t)comm->size, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
   kt__op o = {.coll = KT_COLL_SCATTER, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt, .root = root};

@@ -29,6 +29,7 @@ const char *kt__peer_desc(struct kt_comm_s *c, int r, char *buf, size_t cap) {
 }
 
 void *kt__scratch(struct kt_comm_s *c, size_t n) {
+  if (n == 0) n = 1; /* always a valid pointer, even for empty work */
   if (n <= c->scratch_cap) return c->scratch;
   void *p = realloc(c->scratch, n);
   if (!p) {

@@ -43,6 +43,7 @@ struct ctrl_frame {
   uint32_t len; /* bytes of text that follow, < KT_TCP_CTRL_TEXT */
 };
 #define KT_TCP_CTRL_TEXT 900
+#define KT_TCP_MIN_SOCKBUF 65536
 
 struct peer {
   int data_fd, ctrl_fd;
@@ -442,6 +443,15 @@ static void tune_socket(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   int64_t bufsz = kt__param_SOCKET_BUFFER_BYTES();
+  /* Buffers below the loopback MSS leave TCP waiting on zero-window probes
+   * (a transfer then crawls for seconds): keep at least 64 KiB. */
+  if (bufsz > 0 && bufsz < KT_TCP_MIN_SOCKBUF) {
+    static atomic_int warned;
+    if (!atomic_exchange(&warned, 1))
+      KT_WARN("KAITIAN_SOCKET_BUFFER_BYTES=%lld is below the minimum; using %d", (long long)bufsz,
+              KT_TCP_MIN_SOCKBUF);
+    bufsz = KT_TCP_MIN_SOCKBUF;
+  }
   if (bufsz > 0) {
     int b = (int)KT_MIN(bufsz, INT32_MAX);
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof b);
