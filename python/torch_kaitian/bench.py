@@ -35,16 +35,13 @@ def _iters(nbytes, scale):
     return max(3, int(min(2000, (32 << 20) // max(nbytes, 16 << 10)) * scale))
 
 
-def _time_loop(fn, iters, reps):
-    """Best mean time per call over reps runs of iters calls (seconds)."""
-    best = float("inf")
-    for _ in range(reps):
-        dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / iters)
-    return best
+def _time_loop(fn, iters):
+    """Mean time per call of iters back-to-back calls (seconds), started together."""
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - t0) / iters
 
 
 def _agree(value, group=None):
@@ -55,26 +52,64 @@ def _agree(value, group=None):
 
 
 def bench_allreduce(gloo, scale, reps, max_bytes):
+    """Per size: `reps` rounds, each timing the C API, kaitian and gloo in turn, so
+    that load changes on a shared machine hit all three alike. Reported: the
+    best round of each, and the median of the per-round kaitian - C API
+    differences (the binding's overhead)."""
     from . import _lib
     pg = dist.distributed_c10d._get_default_group()
     rows = []
     for nbytes in [s for s in SIZES if s <= max_bytes]:
         x = torch.ones(nbytes // 4, dtype=torch.float32)
         iters = _iters(nbytes, scale)
+        g_iters = max(3, iters // 4)
         for _ in range(3):  # warm up both paths (connections, page faults)
             dist.all_reduce(x)
             dist.all_reduce(x, group=gloo)
-        t_kt = _agree(_time_loop(lambda: dist.all_reduce(x), iters, reps))
         ptr, n, comm = x.data_ptr(), x.numel(), pg._comm
         f = _lib.lib.kt_allreduce
-        t_c = _agree(_time_loop(lambda: f(ptr, ptr, n, _lib.FLOAT32, _lib.SUM, comm), iters, reps))
-        g_iters = max(3, iters // 4)
-        t_gl = _agree(_time_loop(lambda: dist.all_reduce(x, group=gloo), g_iters, reps))
-        rows.append((nbytes, t_c, t_kt, t_gl))
+        c_api = lambda: f(ptr, ptr, n, _lib.FLOAT32, _lib.SUM, comm)  # noqa: E731
+        kt = lambda: dist.all_reduce(x)  # noqa: E731
+        gl = lambda: dist.all_reduce(x, group=gloo)  # noqa: E731
+        ts_c, ts_kt, ts_gl = [], [], []
+        for _ in range(reps):
+            ts_c.append(_agree(_time_loop(c_api, iters)))
+            ts_kt.append(_agree(_time_loop(kt, iters)))
+            ts_gl.append(_agree(_time_loop(gl, g_iters)))
+        t_c, t_kt, t_gl = min(ts_c), min(ts_kt), min(ts_gl)
+        over = statistics.median(k - c for k, c in zip(ts_kt, ts_c))
+        rows.append((nbytes, t_c, t_kt, t_gl, over))
         if dist.get_rank() == 0:
             print(f"  {_fmt_size(nbytes):>8s} {t_c * 1e6:11.1f} {t_kt * 1e6:11.1f} "
-                  f"{(t_kt - t_c) * 1e6:9.1f} {t_gl * 1e6:11.1f} {t_gl / t_kt:8.1f}x", flush=True)
+                  f"{over * 1e6:9.1f} {t_gl * 1e6:11.1f} {t_gl / t_kt:8.1f}x", flush=True)
     return rows
+
+
+def bench_overhead(own, scale):
+    """The binding's own cost per call, on a 1-rank group (no peer to wait for):
+    dist.all_reduce of 2 floats minus kt_allreduce of them on the same
+    communicator. Rank 0 measures while the others wait."""
+    from . import _lib
+    if dist.get_rank() == 0:
+        x = torch.ones(2)
+        ptr, comm = x.data_ptr(), own._comm
+        f = _lib.lib.kt_allreduce
+        n = max(1000, int(20000 * scale))
+        t_c = min(_time_loop_local(lambda: f(ptr, ptr, 2, _lib.FLOAT32, _lib.SUM, comm), n) for _ in range(5))
+        t_kt = min(_time_loop_local(lambda: dist.all_reduce(x, group=own), n) for _ in range(5))
+        print(f"\nbinding overhead on a 1-rank group: dist.all_reduce {t_kt * 1e6:.1f} us, "
+              f"kt_allreduce {t_c * 1e6:.1f} us: {(t_kt - t_c) * 1e6:.1f} us per call "
+              "(torch's own wrapper included)")
+    dist.barrier()
+
+
+def _time_loop_local(fn, iters):
+    for _ in range(100):
+        fn()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - t0) / iters
 
 
 class _Model(torch.nn.Module):
@@ -137,17 +172,19 @@ def _run(args):
     dist.init_process_group("kaitian")
     gloo = dist.new_group(backend="gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
+    singles = [dist.new_group([r]) for r in range(size)]  # every rank creates every group
     if rank == 0:
         print(f"torch_kaitian bench: {size} ranks, torch {torch.__version__}, KaiTian "
               f"{torch_kaitian.core_version} ({torch_kaitian.library_path}), "
               f"{torch.get_num_threads()} torch thread(s) per rank")
     if not args.skip_allreduce:
         if rank == 0:
-            print("\ndist.all_reduce(float32), time per call in microseconds (best of "
-                  f"{args.reps} runs, slowest rank)")
+            print("\ndist.all_reduce(float32), time per call in microseconds (slowest rank, best of "
+                  f"{args.reps} rounds; overhead: median over rounds of kaitian - C API)")
             print(f"  {'size':>8s} {'C API':>11s} {'kaitian':>11s} {'overhead':>9s} {'gloo':>11s} "
                   f"{'gloo/kt':>9s}")
         bench_allreduce(gloo, args.scale, args.reps, args.max_bytes)
+        bench_overhead(singles[rank], args.scale)
     if not args.skip_ddp:
         results = {}
         for name, group in (("kaitian", None), ("gloo", gloo)):
@@ -176,7 +213,7 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", "--nproc", type=int, default=2, help="ranks to fork (default 2)")
     ap.add_argument("--steps", type=int, default=20, help="DDP steps to average (default 20)")
-    ap.add_argument("--reps", type=int, default=3, help="timing runs per size (best is kept)")
+    ap.add_argument("--reps", type=int, default=5, help="timing rounds per size")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply iteration counts")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per rank")
     ap.add_argument("--max-bytes", type=int, default=64 << 20, help="largest all_reduce size")

@@ -207,7 +207,7 @@ def _reduce_op(opts):
     """(kt op, name) of an options object's reduceOp (or of a ReduceOp itself)."""
     if opts is None:
         return _lib.SUM, "SUM"
-    rop = opts.reduceOp if hasattr(opts, "reduceOp") else opts
+    rop = getattr(opts, "reduceOp", opts)  # one property read: each builds a new object
     key = getattr(rop, "op", rop)
     hit = _OP_CACHE.get(key)
     if hit is None:
