@@ -21,7 +21,6 @@ import weakref
 from datetime import timedelta
 
 import torch
-import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d_py
 
 from . import _completion as C
