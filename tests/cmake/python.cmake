@@ -46,3 +46,4 @@ kt_py_test(conformance_smoke 600 ${KT_PYTHON} ${KT_PY_DIR}/conformance.py --worl
            -k test_all_reduce_sum -k test_broadcast_full -k test_DistributedDataParallelCPU
            -k test_send_recv_any_source -k test_sparse_all_reduce_sum)
 kt_py_test(bench_smoke 300 ${KT_PYTHON} -m torch_kaitian.bench --max-bytes 65536 --reps 1 --scale 0.05 --steps 2)
+kt_py_test(install 300 ${KT_PYTHON} ${KT_PY_DIR}/test_install.py ${PROJECT_BINARY_DIR})
