@@ -24,6 +24,17 @@ KT_INTERNAL kt_result kt__scatter_linear(kt__exec *ex);
 KT_INTERNAL kt_result kt__alltoallv_pairwise(kt__exec *ex); /* alltoall too */
 KT_INTERNAL kt_result kt__barrier_dissemination(kt__exec *ex);
 KT_INTERNAL kt_result kt__p2p(kt__exec *ex);                /* send, recv, sendrecv */
+/* Shared memory (every rank on this host). */
+KT_INTERNAL kt_result kt__allreduce_shm_oneshot(kt__exec *ex);
+KT_INTERNAL kt_result kt__allreduce_shm_rsag(kt__exec *ex);
+KT_INTERNAL kt_result kt__broadcast_shm(kt__exec *ex);
+KT_INTERNAL kt_result kt__reduce_shm(kt__exec *ex);
+KT_INTERNAL kt_result kt__allgatherv_shm(kt__exec *ex);     /* allgather too */
+KT_INTERNAL kt_result kt__reduce_scatter_shm(kt__exec *ex);
+KT_INTERNAL kt_result kt__gather_shm(kt__exec *ex);
+KT_INTERNAL kt_result kt__scatter_shm(kt__exec *ex);
+KT_INTERNAL kt_result kt__alltoallv_shm(kt__exec *ex);      /* alltoall too */
+KT_INTERNAL kt_result kt__barrier_shm(kt__exec *ex);
 
 /* Pick the algorithm for op (tuner.c). *name receives its name for logs. */
 KT_INTERNAL kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, const char **name);

@@ -6,33 +6,51 @@
  * name the collective does not have is reported once and ignored. */
 #include "coll.h"
 
+#include "transport/shm.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+
+/* Where an algorithm can run. */
+enum { ANY = 0, SHM = 1, SHM_SMALL = 2 };
 
 typedef struct algo {
   kt__coll coll;
   const char *name;
   kt__algo_fn fn;
+  int needs; /* ANY; SHM: every rank on this host with a segment; SHM_SMALL: and fits one region */
 } algo;
 
 static const algo algos[] = {
-    {KT_COLL_ALLREDUCE, "ring", kt__allreduce_ring},
-    {KT_COLL_ALLREDUCE, "recursive_doubling", kt__allreduce_recursive_doubling},
-    {KT_COLL_BROADCAST, "binomial", kt__broadcast_binomial},
-    {KT_COLL_BROADCAST, "pipeline", kt__broadcast_pipeline},
-    {KT_COLL_REDUCE, "binomial", kt__reduce_binomial},
-    {KT_COLL_ALLGATHER, "ring", kt__allgatherv_ring},
-    {KT_COLL_ALLGATHERV, "ring", kt__allgatherv_ring},
-    {KT_COLL_REDUCE_SCATTER, "ring", kt__reduce_scatter_ring},
-    {KT_COLL_GATHER, "linear", kt__gather_linear},
-    {KT_COLL_SCATTER, "linear", kt__scatter_linear},
-    {KT_COLL_ALLTOALL, "pairwise", kt__alltoallv_pairwise},
-    {KT_COLL_ALLTOALLV, "pairwise", kt__alltoallv_pairwise},
-    {KT_COLL_BARRIER, "dissemination", kt__barrier_dissemination},
-    {KT_COLL_SEND, "direct", kt__p2p},
-    {KT_COLL_RECV, "direct", kt__p2p},
-    {KT_COLL_SENDRECV, "direct", kt__p2p},
+    {KT_COLL_ALLREDUCE, "ring", kt__allreduce_ring, ANY},
+    {KT_COLL_ALLREDUCE, "recursive_doubling", kt__allreduce_recursive_doubling, ANY},
+    {KT_COLL_ALLREDUCE, "shm_oneshot", kt__allreduce_shm_oneshot, SHM_SMALL},
+    {KT_COLL_ALLREDUCE, "shm_rsag", kt__allreduce_shm_rsag, SHM},
+    {KT_COLL_BROADCAST, "binomial", kt__broadcast_binomial, ANY},
+    {KT_COLL_BROADCAST, "pipeline", kt__broadcast_pipeline, ANY},
+    {KT_COLL_BROADCAST, "shm", kt__broadcast_shm, SHM},
+    {KT_COLL_REDUCE, "binomial", kt__reduce_binomial, ANY},
+    {KT_COLL_REDUCE, "shm", kt__reduce_shm, SHM},
+    {KT_COLL_ALLGATHER, "ring", kt__allgatherv_ring, ANY},
+    {KT_COLL_ALLGATHER, "shm", kt__allgatherv_shm, SHM},
+    {KT_COLL_ALLGATHERV, "ring", kt__allgatherv_ring, ANY},
+    {KT_COLL_ALLGATHERV, "shm", kt__allgatherv_shm, SHM},
+    {KT_COLL_REDUCE_SCATTER, "ring", kt__reduce_scatter_ring, ANY},
+    {KT_COLL_REDUCE_SCATTER, "shm", kt__reduce_scatter_shm, SHM},
+    {KT_COLL_GATHER, "linear", kt__gather_linear, ANY},
+    {KT_COLL_GATHER, "shm", kt__gather_shm, SHM},
+    {KT_COLL_SCATTER, "linear", kt__scatter_linear, ANY},
+    {KT_COLL_SCATTER, "shm", kt__scatter_shm, SHM},
+    {KT_COLL_ALLTOALL, "pairwise", kt__alltoallv_pairwise, ANY},
+    {KT_COLL_ALLTOALL, "shm", kt__alltoallv_shm, SHM},
+    {KT_COLL_ALLTOALLV, "pairwise", kt__alltoallv_pairwise, ANY},
+    {KT_COLL_ALLTOALLV, "shm", kt__alltoallv_shm, SHM},
+    {KT_COLL_BARRIER, "dissemination", kt__barrier_dissemination, ANY},
+    {KT_COLL_BARRIER, "shm", kt__barrier_shm, SHM},
+    {KT_COLL_SEND, "direct", kt__p2p, ANY},
+    {KT_COLL_RECV, "direct", kt__p2p, ANY},
+    {KT_COLL_SENDRECV, "direct", kt__p2p, ANY},
 };
 #define NALGOS (sizeof algos / sizeof algos[0])
 
@@ -83,9 +101,23 @@ static int ceil_log2(int p) {
   return l;
 }
 
+static bool can_run(struct kt_comm_s *c, const kt__op *op, const algo *a) {
+  if (a->needs == ANY) return true;
+  if (!c->shm) return false;
+  if (a->needs == SHM_SMALL)
+    return op->count * kt_dtype_size(op->dtype) <= kt__shm_region_bytes(c);
+  return true;
+}
+
 static const char *model_pick(struct kt_comm_s *c, const kt__op *op) {
   double p = c->size, n = (double)op->count * (double)kt_dtype_size(op->dtype);
   double lg = ceil_log2(c->size);
+  if (c->shm) { /* one host: shared memory for every collective */
+    if (op->coll == KT_COLL_ALLREDUCE)
+      return n <= (double)KT_MIN((size_t)kt__param_SHM_ONESHOT_BYTES(), kt__shm_region_bytes(c)) ? "shm_oneshot"
+                                                                                                 : "shm_rsag";
+    if (op->coll != KT_COLL_SEND && op->coll != KT_COLL_RECV && op->coll != KT_COLL_SENDRECV) return "shm";
+  }
   switch (op->coll) {
     case KT_COLL_ALLREDUCE: {
       double chunk = (double)kt__chunk_bytes(op->dtype);
@@ -109,10 +141,16 @@ static const char *model_pick(struct kt_comm_s *c, const kt__op *op) {
 kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, const char **name) {
   pthread_once(&forced_once, parse_forced);
   int a = forced[op->coll];
+  if (a >= 0 && !can_run(c, op, &algos[a])) {
+    KT_INFO("rank %d: KAITIAN_ALGO forces %s=%s, which cannot run this call; using the tuner's pick",
+            c->rank, kt__coll_name(op->coll), algos[a].name);
+    a = -1;
+  }
   if (a < 0) {
     const char *pick = model_pick(c, op);
     for (size_t i = 0; i < NALGOS && a < 0; i++)
-      if (algos[i].coll == op->coll && (!pick || strcmp(algos[i].name, pick) == 0)) a = (int)i;
+      if (algos[i].coll == op->coll && (!pick || strcmp(algos[i].name, pick) == 0) && can_run(c, op, &algos[i]))
+        a = (int)i;
   }
   if (a < 0) return NULL;
   *name = algos[a].name;

@@ -3,6 +3,7 @@
 #include "comm.h"
 
 #include "store/store.h"
+#include "transport/shm.h"
 #include "transport/tcp.h"
 #include "transport/transport.h"
 
@@ -53,6 +54,7 @@ void kt__comm_fail(struct kt_comm_s *c, kt_result r) {
   pthread_mutex_unlock(&c->mu);
   if (first) {
     KT_WARN("communicator of rank %d/%d failed: %s: %s", c->rank, c->size, kt_strerror(r), msg);
+    kt__shm_fail(c, r, msg);
     kt__tcp_broadcast_abort(c, msg); /* msg starts with "rank N:" */
   }
 }
@@ -88,6 +90,7 @@ static kt_result comm_alloc(int rank, int size, int64_t timeout_ms, const char *
 }
 
 static void comm_free(struct kt_comm_s *c) {
+  kt__shm_close(c);
   kt__tcp_close(c, false);
   if (c->abort_fd >= 0) close(c->abort_fd);
   pthread_mutex_destroy(&c->mu);
@@ -99,6 +102,12 @@ static void comm_free(struct kt_comm_s *c) {
 }
 
 static kt_result connect_through_store(struct kt_comm_s *c, kt_store store);
+
+/* Shared memory when every rank is on this host (KAITIAN_TRANSPORT=auto). */
+static kt_result setup_shm(struct kt_comm_s *c) {
+  if (c->size < 2 || !c->all_local || strcmp(kt__param_TRANSPORT(), "tcp") == 0) return KT_SUCCESS;
+  return kt__shm_setup(c);
+}
 
 kt_result kt_comm_init(kt_comm *comm, int rank, int size, kt_store store, const kt_config *config) {
   kt__log_init();
@@ -160,6 +169,7 @@ static kt_result connect_through_store(struct kt_comm_s *c, kt_store store) {
     }
   }
   KT_CHECK_GOTO(kt__tcp_mesh(c, all), res, exit);
+  KT_CHECK_GOTO(setup_shm(c), res, exit);
 exit:
   free(all);
   return res;
@@ -218,7 +228,11 @@ kt_result kt_comm_split(kt_comm comm, int color, int key, kt_comm *newcomm) {
   kt_result res = KT_SUCCESS;
   split_rec *recs = kt__calloc((size_t)comm->size, sizeof *recs); /* freed at exit */
   if (!recs) return KT_ERR_NO_MEMORY;
-  split_rec mine = {color, key, comm->rank, 0, {{0}, 0, 0, {0}}};
+  split_rec mine;
+  memset(&mine, 0, sizeof mine);
+  mine.color = color;
+  mine.key = key;
+  mine.rank = comm->rank;
   int lfd = -1;
   struct kt_comm_s *c = NULL;
   if (color != KT_SPLIT_NOCOLOR) KT_CHECK_GOTO(kt__tcp_listen(comm->rank, &mine.addr, &lfd), res, exit);
@@ -242,6 +256,7 @@ kt_result kt_comm_split(kt_comm comm, int color, int key, kt_comm *newcomm) {
   kt__tcp_addr *addrs = (kt__tcp_addr *)recs; /* compact in place: addr fits in a rec */
   for (int i = 0; i < n; i++) memmove(&addrs[i], &recs[i].addr, sizeof addrs[i]);
   KT_CHECK_GOTO(kt__tcp_mesh(c, addrs), res, exit);
+  KT_CHECK_GOTO(setup_shm(c), res, exit);
   *newcomm = c;
   c = NULL;
 exit:
@@ -266,6 +281,7 @@ kt_result kt_comm_abort(kt_comm comm) {
   }
   pthread_cond_broadcast(&comm->cv);
   pthread_mutex_unlock(&comm->mu);
+  kt__shm_wake(comm);
   return KT_SUCCESS;
 }
 

@@ -55,6 +55,7 @@ typedef struct kt__op {
 } kt__op;
 
 struct kt__tcp;
+struct kt__shm;
 
 /* A non-blocking operation in flight. */
 struct kt_request_s {
@@ -79,6 +80,8 @@ struct kt_comm_s {
   int *peer_pid;
 
   struct kt__tcp *tcp;          /* TCP transport state */
+  struct kt__shm *shm;          /* shared memory, when every rank is on this host */
+  bool all_local;               /* every rank is on this host */
 
   /* Ordering: operations execute one at a time in issue order. */
   pthread_mutex_t mu;

@@ -528,6 +528,19 @@ static kt_result choose_address(char *ip, size_t cap) {
   return KT_SUCCESS;
 }
 
+/* hostname + boot id: equal on ranks that share a kernel and a host name
+ * (network namespaces of one machine with their own UTS names differ). */
+static void host_id(const char *host, char *buf, size_t cap) {
+  char boot[64] = "noboot";
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    if (!fgets(boot, sizeof boot, f)) snprintf(boot, sizeof boot, "noboot");
+    fclose(f);
+    boot[strcspn(boot, "\n")] = '\0';
+  }
+  snprintf(buf, cap, "%.63s/%.36s", host, boot);
+}
+
 kt_result kt__tcp_listen(int rank, kt__tcp_addr *me, int *listen_fd) {
   kt_result res = KT_SUCCESS;
   memset(me, 0, sizeof *me);
@@ -547,6 +560,7 @@ kt_result kt__tcp_listen(int rank, kt__tcp_addr *me, int *listen_fd) {
   me->pid = (int32_t)getpid();
   if (gethostname(me->host, sizeof me->host) != 0) snprintf(me->host, sizeof me->host, "?");
   me->host[sizeof me->host - 1] = '\0';
+  host_id(me->host, me->hostid, sizeof me->hostid);
   *listen_fd = fd;
   return KT_SUCCESS;
 }
@@ -666,6 +680,8 @@ kt_result kt__tcp_mesh(struct kt_comm_s *c, const kt__tcp_addr *all) {
     snprintf(c->peer_host[j], sizeof c->peer_host[j], "%s", all[j].host);
     c->peer_pid[j] = all[j].pid;
   }
+  c->all_local = true;
+  for (int j = 0; j < c->size; j++) c->all_local &= strcmp(all[j].hostid, all[c->rank].hostid) == 0;
   return KT_SUCCESS;
 }
 

@@ -12,6 +12,7 @@ typedef struct kt__tcp_addr {
   int32_t port;
   int32_t pid;
   char host[64];
+  char hostid[104]; /* hostname/boot id: ranks with equal ids share a host */
 } kt__tcp_addr;
 
 /* Open a listening socket on the chosen interface and describe it in *me;

@@ -1,0 +1,67 @@
+/* allreduce_shm_rsag.c - chunked reduce-scatter + allgather through shared
+ * memory. Per chunk: every rank copies the parts of its input other ranks
+ * will reduce into its region and posts; each rank reduces its 1/p share of
+ * the chunk across all ranks (its own part read straight from its input) into
+ * its out region and posts; every rank copies all shares out. Regions are
+ * double-buffered by iteration, so one rank's copy-in of chunk k+1 overlaps
+ * the others' reduction of chunk k.
+ *
+ * All ranks on one host; any count. Memory traffic per rank: about
+ * (4 + 1/p) n bytes (copy-in of (p-1)/p n, reduction reads n, writes n/p,
+ * copy-out n). For large messages. */
+#include "coll.h"
+
+#include "reduce/reduce.h"
+#include "transport/shm.h"
+
+#include <string.h>
+
+kt_result kt__allreduce_shm_rsag(kt__exec *ex) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm;
+  int p = c->size, me = c->rank;
+  size_t es = kt_dtype_size(op->dtype), n = op->count;
+  const char *in = op->sendbuf;
+  char *out = op->recvbuf;
+  kt__shm_op_begin(ex);
+  if (n == 0) return KT_SUCCESS;
+  kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
+  /* Elements per chunk, a multiple of p shares of whole cache lines where
+   * possible. */
+  size_t chunk = kt__shm_region_bytes(c) / es;
+  size_t align = 64 / es ? 64 / es : 1;
+  size_t share_max = chunk / (size_t)p / align * align;
+  if (share_max == 0) share_max = chunk / (size_t)p ? chunk / (size_t)p : 1;
+  for (size_t base = 0; base < n; base += share_max * (size_t)p) {
+    size_t len = KT_MIN(share_max * (size_t)p, n - base);
+    size_t share = (len + (size_t)p - 1) / (size_t)p;
+    int par;
+    KT_CHECK(kt__shm_iter_begin(ex, &par));
+    char *mine = kt__shm_region(c, me, 0, par);
+    for (int r = 0; r < p; r++) {
+      size_t lo = KT_MIN((size_t)r * share, len), hi = KT_MIN(lo + share, len);
+      if (r != me && hi > lo) memcpy(mine + lo * es, in + (base + lo) * es, (hi - lo) * es);
+    }
+    uint64_t step = kt__shm_post(ex);
+    KT_CHECK(kt__shm_wait(ex, -1, step));
+    size_t lo = KT_MIN((size_t)me * share, len), hi = KT_MIN(lo + share, len), cnt = hi - lo;
+    char *res = kt__shm_region(c, me, 1, par) + lo * es;
+    if (cnt) {
+      /* In rank order, my own part from my input. */
+      const char *first = me == 0 ? in + (base + lo) * es : kt__shm_region(c, 0, 0, par) + lo * es;
+      const char *second = me == 1 ? in + (base + lo) * es : kt__shm_region(c, 1, 0, par) + lo * es;
+      reduce(res, first, second, cnt);
+      for (int r = 2; r < p; r++)
+        reduce(res, res, r == me ? in + (base + lo) * es : kt__shm_region(c, r, 0, par) + lo * es, cnt);
+      kt__reduce_finalize(res, cnt, op->dtype, op->op, p);
+    }
+    step = kt__shm_post(ex);
+    KT_CHECK(kt__shm_wait(ex, -1, step));
+    for (int r = 0; r < p; r++) {
+      size_t rlo = KT_MIN((size_t)r * share, len), rhi = KT_MIN(rlo + share, len);
+      if (rhi > rlo)
+        memcpy(out + (base + rlo) * es, kt__shm_region(c, r, 1, par) + rlo * es, (rhi - rlo) * es);
+    }
+  }
+  return KT_SUCCESS;
+}

@@ -1,0 +1,67 @@
+/* alltoallv_shm.c - all-to-all(v) through shared memory: per window, every
+ * rank copies the window of each block it sends into its region (one slot
+ * per destination) and posts; after waiting for all, each rank copies its
+ * slot out of every other rank's region. alltoallv first agrees on the
+ * largest block (one extra iteration), since each rank only knows its own
+ * counts.
+ *
+ * All ranks on one host. In place (alltoall) through a scratch copy. */
+#include "coll.h"
+
+#include "transport/shm.h"
+
+#include <string.h>
+
+kt_result kt__alltoallv_shm(kt__exec *ex) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm;
+  int p = c->size, me = c->rank;
+  size_t es = kt_dtype_size(op->dtype);
+  bool v = op->coll == KT_COLL_ALLTOALLV;
+#define SLEN(i) ((v ? op->counts[i] : op->count) * es)
+#define SOFF(i) ((v ? op->displs[i] : (size_t)(i) * op->count) * es)
+#define RLEN(i) ((v ? op->counts2[i] : op->count) * es)
+#define ROFF(i) ((v ? op->displs2[i] : (size_t)(i) * op->count) * es)
+  const char *sb = op->sendbuf;
+  char *rb = op->recvbuf;
+  kt__shm_op_begin(ex);
+  if (SLEN(me) != RLEN(me))
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: alltoallv: sends %zu bytes to itself but expects %zu", me,
+                   SLEN(me), RLEN(me));
+  size_t maxlen = 0;
+  for (int i = 0; i < p; i++) maxlen = KT_MAX(maxlen, KT_MAX(SLEN(i), RLEN(i)));
+  int par;
+  if (v) { /* agree on the largest block over all pairs */
+    KT_CHECK(kt__shm_iter_begin(ex, &par));
+    kt__shm_set_aux(ex, par, maxlen);
+    uint64_t step = kt__shm_post(ex);
+    KT_CHECK(kt__shm_wait(ex, -1, step));
+    for (int r = 0; r < p; r++) maxlen = KT_MAX(maxlen, (size_t)kt__shm_get_aux(ex, r, par));
+  }
+  if (maxlen == 0) return KT_SUCCESS;
+  if (!v && sb == rb) { /* in place: send from a copy */
+    char *copy = kt__scratch(c, (size_t)p * op->count * es);
+    if (!copy) return KT_ERR_NO_MEMORY;
+    memcpy(copy, sb, (size_t)p * op->count * es);
+    sb = copy;
+  }
+  if (RLEN(me) > 0) memmove(rb + ROFF(me), sb + SOFF(me), RLEN(me));
+  size_t win = kt__shm_region_bytes(c) / (size_t)p / 64 * 64;
+  if (win == 0) win = kt__shm_region_bytes(c) / (size_t)p;
+  for (size_t off = 0; off < maxlen; off += win) {
+    KT_CHECK(kt__shm_iter_begin(ex, &par));
+    char *mine = kt__shm_region(c, me, 0, par);
+    for (int d = 0; d < p; d++)
+      if (d != me && off < SLEN(d)) memcpy(mine + (size_t)d * win, sb + SOFF(d) + off, KT_MIN(win, SLEN(d) - off));
+    uint64_t step = kt__shm_post(ex);
+    KT_CHECK(kt__shm_wait(ex, -1, step));
+    for (int s = 0; s < p; s++)
+      if (s != me && off < RLEN(s))
+        memcpy(rb + ROFF(s) + off, kt__shm_region(c, s, 0, par) + (size_t)me * win, KT_MIN(win, RLEN(s) - off));
+  }
+#undef SLEN
+#undef SOFF
+#undef RLEN
+#undef ROFF
+  return KT_SUCCESS;
+}

@@ -1,0 +1,56 @@
+/* reduce_shm.c - reduce through shared memory: the reduce-scatter half of
+ * allreduce_shm_rsag (every rank reduces a 1/p share of each chunk across
+ * all ranks), after which only the root copies the shares out.
+ *
+ * All ranks on one host, any root. Non-root ranks never touch recvbuf. */
+#include "coll.h"
+
+#include "reduce/reduce.h"
+#include "transport/shm.h"
+
+#include <string.h>
+
+kt_result kt__reduce_shm(kt__exec *ex) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm;
+  int p = c->size, me = c->rank;
+  size_t es = kt_dtype_size(op->dtype), n = op->count;
+  const char *in = op->sendbuf;
+  kt__shm_op_begin(ex);
+  if (n == 0) return KT_SUCCESS;
+  kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
+  size_t share_max = kt__shm_region_bytes(c) / es / (size_t)p;
+  if (share_max == 0) share_max = 1;
+  for (size_t base = 0; base < n; base += share_max * (size_t)p) {
+    size_t len = KT_MIN(share_max * (size_t)p, n - base);
+    size_t share = (len + (size_t)p - 1) / (size_t)p;
+    int par;
+    KT_CHECK(kt__shm_iter_begin(ex, &par));
+    char *mine = kt__shm_region(c, me, 0, par);
+    for (int r = 0; r < p; r++) {
+      size_t lo = KT_MIN((size_t)r * share, len), hi = KT_MIN(lo + share, len);
+      if (r != me && hi > lo) memcpy(mine + lo * es, in + (base + lo) * es, (hi - lo) * es);
+    }
+    uint64_t step = kt__shm_post(ex);
+    KT_CHECK(kt__shm_wait(ex, -1, step));
+    size_t lo = KT_MIN((size_t)me * share, len), hi = KT_MIN(lo + share, len), cnt = hi - lo;
+    if (cnt) {
+      char *res = kt__shm_region(c, me, 1, par) + lo * es;
+      const char *mypart = in + (base + lo) * es;
+      reduce(res, me == 0 ? mypart : kt__shm_region(c, 0, 0, par) + lo * es,
+             me == 1 ? mypart : kt__shm_region(c, 1, 0, par) + lo * es, cnt);
+      for (int r = 2; r < p; r++) reduce(res, res, r == me ? mypart : kt__shm_region(c, r, 0, par) + lo * es, cnt);
+      kt__reduce_finalize(res, cnt, op->dtype, op->op, p);
+    }
+    step = kt__shm_post(ex);
+    if (me == op->root) {
+      KT_CHECK(kt__shm_wait(ex, -1, step));
+      for (int r = 0; r < p; r++) {
+        size_t rlo = KT_MIN((size_t)r * share, len), rhi = KT_MIN(rlo + share, len);
+        if (rhi > rlo)
+          memcpy((char *)op->recvbuf + (base + rlo) * es, kt__shm_region(c, r, 1, par) + rlo * es, (rhi - rlo) * es);
+      }
+    }
+  }
+  return KT_SUCCESS;
+}

@@ -1,0 +1,408 @@
+/* shm.c - the shared-memory segment of a communicator: creation and mapping,
+ * step counters, futex sleeping, liveness and signature checks. See shm.h. */
+#include "shm.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHM_MAGIC 0x314d48535454424bull /* "KBTTSHM1" */
+#define SHM_HDR_BYTES 4096
+#define SHM_SLOT_BYTES 256
+#define SHM_LIVENESS_NS 100000000 /* check pids and sockets every 100 ms asleep */
+
+typedef struct sig {
+  uint64_t seq;
+  uint64_t count;
+  uint16_t coll;
+  uint8_t dtype, op;
+  int32_t root;
+} sig;
+
+typedef struct shm_hdr {
+  _Atomic uint64_t magic; /* written last by the creator */
+  uint32_t nlocal;
+  uint32_t pad0;
+  uint64_t region;
+  _Atomic uint32_t gen;      /* futex word: bumped by a post when someone sleeps */
+  _Atomic uint32_t nwaiters; /* ranks asleep (or about to be) on gen */
+  _Atomic uint32_t mapped;   /* ranks that mapped the segment */
+  _Atomic int32_t failed;    /* kt_result of the first failure, 0 if none */
+  _Atomic int32_t failed_rank;
+  char failed_msg[1024];
+} shm_hdr;
+
+typedef struct shm_slot {
+  _Atomic uint64_t step;
+  _Atomic uint64_t aux[2];
+  sig sigs[2]; /* by iteration parity: a peer is never 2 iterations ahead */
+} shm_slot;
+
+_Static_assert(sizeof(shm_hdr) <= SHM_HDR_BYTES, "header fits");
+_Static_assert(sizeof(shm_slot) <= SHM_SLOT_BYTES, "slot fits");
+
+struct kt__shm {
+  void *base;
+  size_t bytes;
+  shm_hdr *hdr;
+  int n, me;
+  size_t region;
+  uint64_t step;         /* my posts so far (mirrors my slot) */
+  uint64_t iter;         /* iterations begun */
+  uint64_t prev_arrive;  /* step of my first post in the previous iteration */
+  uint64_t all_reached;  /* every rank is known to be at least here */
+  bool sig_checked;      /* this op's signatures were compared */
+  sig cur;               /* signature of the op in progress */
+  int par;               /* parity of the current iteration */
+  bool oversubscribed;   /* more local ranks than CPUs: yield, do not spin */
+  int64_t spin_ns;
+};
+
+static shm_slot *slot(const kt__shm *s, int r) {
+  return (shm_slot *)((char *)s->base + SHM_HDR_BYTES + (size_t)r * SHM_SLOT_BYTES);
+}
+
+static size_t data_offset(int n) {
+  size_t off = SHM_HDR_BYTES + (size_t)n * SHM_SLOT_BYTES;
+  return (off + 4095) & ~(size_t)4095;
+}
+
+size_t kt__shm_region_bytes(const struct kt_comm_s *c) { return c->shm->region; }
+
+char *kt__shm_region(const struct kt_comm_s *c, int r, int which, int par) {
+  const kt__shm *s = c->shm;
+  return (char *)s->base + data_offset(s->n) + ((size_t)r * 4 + (size_t)which * 2 + (size_t)par) * s->region;
+}
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
+  return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* ---- setup ---------------------------------------------------------------- */
+
+static void segment_name(const struct kt_comm_s *c, char *buf, size_t cap) {
+  uint64_t h = 1469598103934665603ull;
+  for (const char *p = c->prefix; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  const char *job = kt__param_JOB_ID();
+  snprintf(buf, cap, "/kaitian-%.40s-%016llx-%d", job[0] ? job : "nojob", (unsigned long long)h,
+           c->peer_pid[0]);
+}
+
+/* Map an existing or new segment of `bytes`; returns MAP_FAILED on error. */
+static void *map_fd(int fd, size_t bytes) {
+  return mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+}
+
+static bool peer_alive(const struct kt_comm_s *c, int r) {
+  return c->peer_pid[r] <= 0 || kill(c->peer_pid[r], 0) == 0 || errno != ESRCH;
+}
+
+kt_result kt__shm_setup(struct kt_comm_s *c) {
+  kt_result res = KT_SUCCESS;
+  char name[128];
+  segment_name(c, name, sizeof name);
+  int n = c->size;
+  size_t region = (size_t)KT_MAX(kt__param_SHM_CHUNK_BYTES(), 4096);
+  region = (region + 63) & ~(size_t)63;
+  size_t bytes = data_offset(n) + (size_t)n * 4 * region;
+  int64_t deadline = kt__now_ns() + kt__param_CONNECT_TIMEOUT() * 1000000;
+  bool leader = c->rank == 0;
+  int fd = -1;
+  void *base = MAP_FAILED;
+  kt__shm *s = kt__calloc(1, sizeof *s); /* freed by kt__shm_close or below */
+  if (!s) return KT_ERR_NO_MEMORY;
+
+  if (leader) {
+    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      res = kt__err(KT_ERR_SYSTEM, "rank %d: cannot create shared memory %s: %s%s", c->rank, name,
+                    strerror(errno),
+                    errno == EEXIST ? " (two communicators with the same prefix in one job?)" : "");
+      goto fail;
+    }
+    if (ftruncate(fd, (off_t)bytes) != 0 || (base = map_fd(fd, bytes)) == MAP_FAILED) {
+      res = kt__err(KT_ERR_SYSTEM, "rank %d: cannot size/map %zu bytes of shared memory %s: %s (is /dev/shm large enough?)",
+                    c->rank, bytes, name, strerror(errno));
+      goto fail;
+    }
+    shm_hdr *h = base;
+    h->nlocal = (uint32_t)n;
+    h->region = region;
+    atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
+  } else {
+    /* The leader may not have created it yet: retry until it has. */
+    for (;;) {
+      fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
+      struct stat st;
+      if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == bytes) break;
+      if (fd >= 0) close(fd);
+      fd = -1;
+      if (!peer_alive(c, 0)) {
+        res = kt__err(KT_ERR_PEER_FAILED, "rank %d: rank 0 died while setting up shared memory", c->rank);
+        goto fail;
+      }
+      if (kt__now_ns() > deadline) {
+        res = kt__err(KT_ERR_TIMEOUT, "rank %d: shared memory %s was not created by rank 0 in time", c->rank, name);
+        goto fail;
+      }
+      usleep(200);
+    }
+    if ((base = map_fd(fd, bytes)) == MAP_FAILED) {
+      res = kt__err(KT_ERR_SYSTEM, "rank %d: cannot map shared memory %s: %s", c->rank, name, strerror(errno));
+      goto fail;
+    }
+    while (atomic_load_explicit(&((shm_hdr *)base)->magic, memory_order_acquire) != SHM_MAGIC) {
+      if (kt__now_ns() > deadline) {
+        res = kt__err(KT_ERR_TIMEOUT, "rank %d: shared memory %s never became ready", c->rank, name);
+        goto fail;
+      }
+      usleep(100);
+    }
+  }
+  close(fd);
+  fd = -1;
+  shm_hdr *h = base;
+  atomic_fetch_add(&h->mapped, 1);
+  if (leader) {
+    /* Unlink as soon as everyone has it mapped: from then on nothing is left
+     * behind whatever happens to the processes. */
+    while (atomic_load(&h->mapped) < (uint32_t)n) {
+      for (int r = 1; r < n; r++)
+        if (!peer_alive(c, r)) {
+          res = kt__err(KT_ERR_PEER_FAILED, "rank %d: rank %d died while setting up shared memory", c->rank, r);
+          goto fail;
+        }
+      if (kt__now_ns() > deadline) {
+        res = kt__err(KT_ERR_TIMEOUT, "rank %d: not every local rank mapped the shared memory in time", c->rank);
+        goto fail;
+      }
+      usleep(100);
+    }
+    shm_unlink(name);
+  }
+  s->base = base;
+  s->bytes = bytes;
+  s->hdr = h;
+  s->n = n;
+  s->me = c->rank;
+  s->region = region;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  s->oversubscribed = ncpu > 0 && n > ncpu;
+  s->spin_ns = kt__param_SHM_SPIN_NS();
+  c->shm = s;
+  KT_INFO("rank %d: shared memory %s: %d ranks, %zu-byte regions, %zu bytes%s", c->rank, name, n, region,
+          bytes, s->oversubscribed ? " (oversubscribed: yielding)" : "");
+  return KT_SUCCESS;
+fail:
+  if (base != MAP_FAILED) munmap(base, bytes);
+  if (fd >= 0) close(fd);
+  if (leader) shm_unlink(name);
+  free(s);
+  return res;
+}
+
+void kt__shm_close(struct kt_comm_s *c) {
+  if (!c->shm) return;
+  munmap(c->shm->base, c->shm->bytes);
+  free(c->shm);
+  c->shm = NULL;
+}
+
+void kt__shm_fail(struct kt_comm_s *c, kt_result r, const char *msg) {
+  kt__shm *s = c->shm;
+  if (!s) return;
+  int32_t zero = 0;
+  /* The first failure's text wins; writers race only on "first". */
+  if (atomic_compare_exchange_strong(&s->hdr->failed_rank, &zero, c->rank + 1)) {
+    snprintf(s->hdr->failed_msg, sizeof s->hdr->failed_msg, "%s", msg);
+    atomic_store_explicit(&s->hdr->failed, (int32_t)r, memory_order_release);
+  }
+  kt__shm_wake(c);
+}
+
+void kt__shm_wake(struct kt_comm_s *c) {
+  kt__shm *s = c->shm;
+  if (!s) return;
+  atomic_fetch_add(&s->hdr->gen, 1);
+  futex(&s->hdr->gen, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* ---- iterations ----------------------------------------------------------- */
+
+void kt__shm_op_begin(kt__exec *ex) {
+  kt__shm *s = ex->comm->shm;
+  const kt__op *op = ex->op;
+  sig *g = &s->cur;
+  g->seq = op->seq;
+  g->count = op->count;
+  if (op->coll == KT_COLL_ALLGATHERV) { /* sendcounts differ; the total does not */
+    g->count = 0;
+    for (int r = 0; r < s->n; r++) g->count += op->counts[r];
+  }
+  g->coll = (uint16_t)op->coll;
+  g->dtype = (uint8_t)op->dtype;
+  g->op = (uint8_t)op->op;
+  g->root = op->root;
+  s->sig_checked = false;
+}
+
+uint64_t kt__shm_post(kt__exec *ex) {
+  kt__shm *s = ex->comm->shm;
+  s->step++;
+  atomic_store_explicit(&slot(s, s->me)->step, s->step, memory_order_seq_cst);
+  if (atomic_load_explicit(&s->hdr->nwaiters, memory_order_seq_cst)) {
+    atomic_fetch_add(&s->hdr->gen, 1);
+    futex(&s->hdr->gen, FUTEX_WAKE, INT_MAX, NULL);
+  }
+  return s->step;
+}
+
+static bool reached(const kt__shm *s, int r, uint64_t target) {
+  if (r >= 0) return atomic_load_explicit(&slot(s, r)->step, memory_order_acquire) >= target;
+  for (int i = 0; i < s->n; i++)
+    if (atomic_load_explicit(&slot(s, i)->step, memory_order_acquire) < target) return false;
+  return true;
+}
+
+static void describe_sig(const sig *g, char *buf, size_t cap) {
+  snprintf(buf, cap, "op #%llu %s, count %llu, %s, %s, root %d", (unsigned long long)g->seq,
+           g->coll < KT_COLL_COUNT ? kt__coll_name((kt__coll)g->coll) : "?", (unsigned long long)g->count,
+           g->dtype < KT_NUM_DTYPES ? kt_dtype_name((kt_dtype)g->dtype) : "?",
+           g->op < KT_NUM_OPS ? kt_op_name((kt_op)g->op) : "?", g->root);
+}
+
+/* Compare my signature of this op with those of the ranks waited for. Fields
+ * an op does not use were set the same way on every rank by the API layer. */
+static kt_result check_sigs(kt__exec *ex, int r) {
+  kt__shm *s = ex->comm->shm;
+  s->sig_checked = true;
+  const sig *mine = &s->cur;
+  for (int i = r >= 0 ? r : 0; i < (r >= 0 ? r + 1 : s->n); i++) {
+    if (i == s->me) continue;
+    const sig *g = &slot(s, i)->sigs[s->par];
+    if (g->seq == mine->seq && g->coll == mine->coll && g->count == mine->count &&
+        g->dtype == mine->dtype && g->op == mine->op && g->root == mine->root)
+      continue;
+    char a[160], b[160], who[128];
+    describe_sig(mine, a, sizeof a);
+    describe_sig(g, b, sizeof b);
+    kt__peer_desc(ex->comm, i, who, sizeof who);
+    return kt__err(KT_ERR_MISMATCH, "mismatched operations: rank %d is in (%s) but %s is in (%s)", s->me, a,
+                   who, b);
+  }
+  return KT_SUCCESS;
+}
+
+/* Why are we still waiting? Failures first, then the deadline. */
+static kt_result check_failures(kt__exec *ex, int r, uint64_t target, bool slow_checks) {
+  struct kt_comm_s *c = ex->comm;
+  kt__shm *s = c->shm;
+  int32_t f = atomic_load_explicit(&s->hdr->failed, memory_order_acquire);
+  if (f) {
+    int who = atomic_load(&s->hdr->failed_rank) - 1;
+    return kt__err((kt_result)f, "rank %d failed and aborted the communicator: %s", who, s->hdr->failed_msg);
+  }
+  if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
+    return kt__err(KT_ERR_ABORTED, "rank %d: communicator aborted (kt_comm_abort)", c->rank);
+  if (!slow_checks) return KT_SUCCESS;
+  for (int i = r >= 0 ? r : 0; i < (r >= 0 ? r + 1 : s->n); i++) {
+    if (i == s->me || atomic_load(&slot(s, i)->step) >= target) continue;
+    if (!peer_alive(c, i)) {
+      char who[128];
+      kt__peer_desc(c, i, who, sizeof who);
+      return kt__err(KT_ERR_PEER_FAILED, "%s died (noticed by rank %d during op #%llu %s)", who, c->rank,
+                     (unsigned long long)ex->op->seq, kt__coll_name(ex->op->coll));
+    }
+  }
+  KT_CHECK(kt__net_check_peers(ex)); /* notices from ranks' sockets */
+  if (kt__now_ns() >= ex->deadline_ns) {
+    char late[256] = "";
+    size_t off = 0;
+    for (int i = 0; i < s->n && off < sizeof late - 32; i++)
+      if (i != s->me && (r < 0 || r == i) && atomic_load(&slot(s, i)->step) < target)
+        off += (size_t)snprintf(late + off, sizeof late - off, "%s rank %d", off ? "," : "", i);
+    return kt__err(KT_ERR_TIMEOUT,
+                   "rank %d: op #%llu %s timed out after %lld ms (KAITIAN_TIMEOUT) waiting for%s",
+                   c->rank, (unsigned long long)ex->op->seq, kt__coll_name(ex->op->coll),
+                   (long long)c->timeout_ms, late);
+  }
+  return KT_SUCCESS;
+}
+
+kt_result kt__shm_wait(kt__exec *ex, int r, uint64_t target) {
+  kt__shm *s = ex->comm->shm;
+  if (!reached(s, r, target)) {
+    /* Spin (or yield, when ranks outnumber CPUs), then sleep. */
+    int64_t spin_until = kt__now_ns() + s->spin_ns;
+    unsigned k = 0;
+    while (!reached(s, r, target)) {
+      if ((++k & 63) == 0) {
+        KT_CHECK(check_failures(ex, r, target, false));
+        if (kt__now_ns() > spin_until) break;
+      }
+      if (s->oversubscribed) sched_yield();
+      else cpu_relax();
+    }
+    int64_t next_slow = kt__now_ns();
+    while (!reached(s, r, target)) {
+      bool slow = kt__now_ns() >= next_slow;
+      KT_CHECK(check_failures(ex, r, target, slow));
+      if (slow) next_slow = kt__now_ns() + SHM_LIVENESS_NS;
+      atomic_fetch_add_explicit(&s->hdr->nwaiters, 1, memory_order_seq_cst);
+      uint32_t g = atomic_load_explicit(&s->hdr->gen, memory_order_seq_cst);
+      if (!reached(s, r, target) && !atomic_load(&s->hdr->failed)) {
+        struct timespec ts = {0, 20000000}; /* 20 ms slices */
+        futex(&s->hdr->gen, FUTEX_WAIT, g, &ts);
+      }
+      atomic_fetch_sub_explicit(&s->hdr->nwaiters, 1, memory_order_seq_cst);
+    }
+  }
+  if (r < 0 && target > s->all_reached) s->all_reached = target;
+  if (!s->sig_checked) KT_CHECK(check_sigs(ex, r));
+  return check_failures(ex, r, target, false);
+}
+
+kt_result kt__shm_iter_begin(kt__exec *ex, int *par) {
+  kt__shm *s = ex->comm->shm;
+  /* Every rank has begun the previous iteration, hence finished reading the
+   * one before: buffers of this parity are free. */
+  if (s->all_reached < s->prev_arrive) {
+    bool checked = s->sig_checked;
+    s->sig_checked = true; /* peers may already be in a later op */
+    kt_result r = kt__shm_wait(ex, -1, s->prev_arrive);
+    s->sig_checked = checked;
+    KT_CHECK(r);
+  }
+  *par = s->par = (int)(s->iter & 1);
+  s->iter++;
+  slot(s, s->me)->sigs[s->par] = s->cur; /* published by the first post */
+  s->prev_arrive = s->step + 1; /* the iteration's first post comes next */
+  return KT_SUCCESS;
+}
+
+void kt__shm_set_aux(kt__exec *ex, int par, uint64_t v) {
+  kt__shm *s = ex->comm->shm;
+  atomic_store_explicit(&slot(s, s->me)->aux[par], v, memory_order_relaxed);
+}
+
+uint64_t kt__shm_get_aux(kt__exec *ex, int r, int par) {
+  return atomic_load_explicit(&slot(ex->comm->shm, r)->aux[par], memory_order_relaxed);
+}

@@ -1,0 +1,53 @@
+/* shm.h - shared-memory transport between the ranks of a communicator that
+ * share a host.
+ *
+ * One POSIX shared-memory segment per communicator holds a header, one slot
+ * per local rank (a step counter, the rank's pid, its op signatures) and four
+ * data regions per rank: in[2] and out[2], double-buffered by iteration
+ * parity. Algorithms run in iterations; in each, every rank posts (raises its
+ * step counter) the same number of times, so counters agree across ranks and
+ * "peer r has reached step s" means the same on every rank. A rank waits for
+ * peers' counters by spinning briefly, then sleeping on a futex; while it
+ * waits it watches for failures (a dead pid, a peer's failure notice, an
+ * abort, the deadline). Mismatched operations are caught by comparing the
+ * signatures every rank writes before its first post of an op. */
+#ifndef KT_SHM_H
+#define KT_SHM_H
+
+#include "comm.h"
+#include "transport.h"
+
+typedef struct kt__shm kt__shm;
+
+/* Set up the segment among the ranks of c (all on this host; c->size >= 2)
+ * after the TCP mesh exists. On failure nothing is left in /dev/shm. */
+KT_INTERNAL kt_result kt__shm_setup(struct kt_comm_s *c);
+KT_INTERNAL void kt__shm_close(struct kt_comm_s *c);
+/* Record a failure in the segment so local peers fail at once too. */
+KT_INTERNAL void kt__shm_fail(struct kt_comm_s *c, kt_result r, const char *msg);
+/* Wake local waiters (abort). Safe from any thread. */
+KT_INTERNAL void kt__shm_wake(struct kt_comm_s *c);
+
+/* ---- for algorithms ---------------------------------------------------- */
+
+/* Bytes of each data region. */
+KT_INTERNAL size_t kt__shm_region_bytes(const struct kt_comm_s *c);
+/* Region of local rank r: which 0 = in, 1 = out; par = iteration parity. */
+KT_INTERNAL char *kt__shm_region(const struct kt_comm_s *c, int r, int which, int par);
+
+/* Start an op: publish this rank's signature of ex->op. */
+KT_INTERNAL void kt__shm_op_begin(kt__exec *ex);
+/* Start an iteration: waits until every peer has finished reading the
+ * buffers of parity *par from two iterations ago. */
+KT_INTERNAL kt_result kt__shm_iter_begin(kt__exec *ex, int *par);
+/* Post: raise this rank's step counter (and wake sleepers). Returns the new
+ * step value. */
+KT_INTERNAL uint64_t kt__shm_post(kt__exec *ex);
+/* Wait until peer r's step (r = -1: every rank's) is at least target. On the
+ * first wait of an op, the signatures of the ranks waited for are checked. */
+KT_INTERNAL kt_result kt__shm_wait(kt__exec *ex, int r, uint64_t target);
+/* Small per-iteration value published with the next post (alltoallv). */
+KT_INTERNAL void kt__shm_set_aux(kt__exec *ex, int par, uint64_t v);
+KT_INTERNAL uint64_t kt__shm_get_aux(kt__exec *ex, int r, int par);
+
+#endif /* KT_SHM_H */
