@@ -116,6 +116,9 @@ def _setup_suite():
             else:
                 self._spawn_processes()
 
+    # Picklable by name, for spawned ranks (which import this file as __main__'s stand-in).
+    TestDistBackendWithSpawn.__qualname__ = "TestDistBackendWithSpawn"
+    TestDistBackendWithSpawn.__module__ = "__main__"
     if backend == "kaitian":
         for name, reason in (AS_GLOO_SKIPS if as_gloo else KAITIAN_SKIPS).items():
             if hasattr(TestDistBackendWithSpawn, name):
