@@ -21,7 +21,10 @@ set(KT_COLL_FORCED
   "reduce_binomial|reduce=binomial|reduce"
   "linear|gather=linear,scatter=linear|gather,scatter"
   "pairwise|alltoall=pairwise,alltoallv=pairwise|alltoall,alltoallv"
-  "dissemination|barrier=dissemination|barrier")
+  "dissemination|barrier=dissemination|barrier"
+  "shm_oneshot|allreduce=shm_oneshot|allreduce"
+  "shm_rsag|allreduce=shm_rsag|allreduce"
+  "shm|shm|broadcast,reduce,allgather,allgatherv,reduce_scatter,gather,scatter,alltoall,alltoallv,barrier")
 
 # kt_coll_test(<name> <ranks> <timeout s> <extra env> <coll_test args...>)
 function(kt_coll_test name np timeout env)
@@ -72,7 +75,20 @@ foreach(np 2 3 5)
     --coll allreduce,allgather,allgatherv,reduce_scatter --quick)
 endforeach()
 foreach(np 2 3)
-  kt_coll_test(coll.np${np}.small_socket_buffers ${np} 300 "KAITIAN_SOCKET_BUFFER_BYTES=4096" --quick)
+  kt_coll_test(coll.np${np}.small_socket_buffers ${np} 300
+    "KAITIAN_TRANSPORT=tcp;KAITIAN_SOCKET_BUFFER_BYTES=4096" --quick)
+endforeach()
+
+# On one host the tuner picks shared memory; these runs give the TCP tuner
+# (what ranks on different hosts use) the whole matrix too.
+foreach(np 2 3 5)
+  kt_coll_test(coll.np${np}.tcp_tuner ${np} 600 "KAITIAN_TRANSPORT=tcp" --quick)
+endforeach()
+
+# Shared memory with tiny regions: every op runs many double-buffered
+# iterations, with windows that split elements of every size unevenly.
+foreach(np 2 3 4)
+  kt_coll_test(coll.np${np}.shm_small_chunks ${np} 300 "KAITIAN_SHM_CHUNK_BYTES=4160;KAITIAN_SHM_ONESHOT_BYTES=0" --quick)
 endforeach()
 
 # The checks themselves must be able to fail: corrupt every result in several
