@@ -5,6 +5,7 @@
 #include "store/store.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -749,6 +751,24 @@ static void start_ranks(run_state *s, const job_env *je, const kt_run_exec *ex) 
   }
 }
 
+/* Shared-memory segments are unlinked as soon as every rank of a
+ * communicator has mapped them; a rank killed in that short window leaves
+ * one behind. Its name carries the job id: remove what this job left. */
+static void remove_shm_leftovers(const char *job_id) {
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "kaitian-%s-", job_id);
+  DIR *d = opendir("/dev/shm");
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
+    char name[300];
+    snprintf(name, sizeof name, "/%s", e->d_name);
+    if (shm_unlink(name) == 0) kt__run_say(2, "kaitian run: removed leftover shared memory %s", name);
+  }
+  closedir(d);
+}
+
 int kt_tool_run(int argc, char **argv) {
   run_state st;
   memset(&st, 0, sizeof st);
@@ -812,6 +832,7 @@ int kt_tool_run(int argc, char **argv) {
   /* Every rank is reaped: kill what they left behind, then flush output
    * (nothing can write to the pipes any more). */
   kt__run_kill_descendants(NULL, NULL);
+  remove_shm_leftovers(je.job_id);
   for (int i = 0; i < s->o.nproc; i++) {
     kt__run_stream_finish(&s->ranks[i].out);
     kt__run_stream_finish(&s->ranks[i].err);
