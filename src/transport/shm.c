@@ -358,7 +358,10 @@ kt_result kt__shm_wait(kt__exec *ex, int r, uint64_t target) {
         KT_CHECK(check_failures(ex, r, target, false));
         if (kt__now_ns() > spin_until) break;
       }
-      if (s->oversubscribed) sched_yield();
+      /* Pure spinning first (a peer on another CPU answers within a few
+       * microseconds); after that yield now and then: when other work shares
+       * the machine, the rank we wait for may need this CPU. */
+      if (s->oversubscribed || (k > 4096 && (k & 15) == 0)) sched_yield();
       else cpu_relax();
     }
     int64_t next_slow = kt__now_ns();
