@@ -378,6 +378,8 @@ static int scenario_timeout(kt_comm comm) {
         check_failed("the late rank's error names no other rank: %s", msg);
     }
     destroy_checked(comm);
+    free(in);
+    free(out);
     return finish("timeout: late rank got an error at once", 0);
   }
   int64_t t0 = mono_ms();
@@ -403,6 +405,8 @@ static int scenario_timeout(kt_comm comm) {
     use_after_failure(comm, r, sleeper);
   }
   destroy_checked(comm);
+  free(in);
+  free(out);
   return finish("timeout: KT_ERR_TIMEOUT naming the rank and KAITIAN_TIMEOUT", 0);
 }
 

@@ -76,7 +76,7 @@ static bool out_reserve(size_t need) {
 static void forward_lines(kt_run_stream *s, bool force) {
   size_t start = 0, used = 0;
   for (;;) {
-    char *nl = memchr(s->buf + start, '\n', s->len - start);
+    char *nl = start < s->len ? memchr(s->buf + start, '\n', s->len - start) : NULL;
     size_t end; /* one past the bytes of this piece */
     bool add_nl = false;
     if (nl) {
