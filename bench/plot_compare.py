@@ -103,7 +103,7 @@ def main():
         top.set_ylabel("busbw (GB/s, log scale)")
         top.set_yscale("log")
         top.grid(True, which="both", alpha=0.3)
-        top.legend(loc="upper left", fontsize=8)
+        top.legend(loc="lower right", fontsize=8)
 
         for rcol, name, style in ((8, "kaitian / Open MPI", dict(color="tab:blue", marker="s")),
                                   (9, "kaitian / gloo", dict(color="tab:green", marker="^"))):
@@ -121,7 +121,7 @@ def main():
         bottom.set_yscale("log")
         bottom.set_ylabel("time ratio (<1: kaitian faster)")
         bottom.grid(True, which="both", alpha=0.3)
-        bottom.legend(loc="upper left", fontsize=7)
+        bottom.legend(loc="best", fontsize=7)
         bottom.set_xscale("log", base=2)
         bottom.set_xlabel("size per rank (bytes, log scale)")
         ticks = [s for i, s in enumerate(sizes) if i % 2 == 0 or len(sizes) <= 12]
