@@ -279,9 +279,14 @@ kt_result kt_comm_abort(kt_comm comm) {
              comm->rank);
     atomic_store(&comm->broken, (int)KT_ERR_ABORTED);
   }
+  char msg[sizeof comm->broken_msg];
+  snprintf(msg, sizeof msg, "%s", comm->broken_msg);
+  kt_result why = (kt_result)atomic_load(&comm->broken);
   pthread_cond_broadcast(&comm->cv);
   pthread_mutex_unlock(&comm->mu);
-  kt__shm_wake(comm);
+  /* Local peers learn it from the segment at their next wait (remote ones
+   * from the abort notice sent when the op fails or at destroy). */
+  kt__shm_fail(comm, why, msg);
   return KT_SUCCESS;
 }
 
@@ -294,6 +299,7 @@ kt_result kt_comm_destroy(kt_comm comm) {
   if (broken != KT_SUCCESS) {
     char why[1100];
     snprintf(why, sizeof why, "%s", comm->broken_msg);
+    kt__shm_fail(comm, broken, why);
     kt__tcp_broadcast_abort(comm, why);
   }
   kt__tcp_close(comm, broken == KT_SUCCESS);
