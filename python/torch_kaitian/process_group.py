@@ -15,6 +15,7 @@ core's error; C++ callers (DDP's reducer, broadcast_coalesced) get the Work of
 torch._C._distributed_c10d._create_work_from_future, which C++ keeps alive.
 """
 import ctypes
+import os
 import sys
 import time
 import weakref
@@ -177,8 +178,12 @@ def _ms(timeout):
     return max(1, int(timeout))
 
 
-def _release_comms(comms, outstanding):
-    """Free a group's communicators (finalizer: the group died or the process exits)."""
+def _release_comms(comms, outstanding, pid=None):
+    """Free a group's communicators (finalizer: the group died or the process exits).
+    Never in a forked child that exits normally: the sockets and shared memory
+    it inherited are still its parent's."""
+    if pid is not None and pid != os.getpid():
+        return
     for comm in comms:
         if comm:
             if outstanding.n > 0:  # some op can never finish now: unblock it
@@ -268,7 +273,7 @@ class ProcessGroupKaitian(_Base):
         self._p2p_down = comms[2] if size > 1 else None  # higher rank -> lower rank
         self._comms = comms
         self._completer = C.completer()
-        self._finalizer = weakref.finalize(self, _release_comms, comms, self._outstanding)
+        self._finalizer = weakref.finalize(self, _release_comms, comms, self._outstanding, os.getpid())
 
     def _init_comm(self, bridge, prefix):
         comm = ctypes.c_void_p()
