@@ -105,10 +105,11 @@ def main():
         top.grid(True, which="both", alpha=0.3)
         top.legend(loc="lower right", fontsize=8)
 
-        for rcol, name, style in ((8, "kaitian / Open MPI", dict(color="tab:blue", marker="s")),
-                                  (9, "kaitian / gloo", dict(color="tab:green", marker="^"))):
-            pts = [(s, number(r[rcol])) for s, r in zip(sizes, rows)]
-            pts = [(s, v) for s, v in pts if v is not None and v > 0]
+        for tcol, name, style in ((3, "kaitian / Open MPI", dict(color="tab:blue", marker="s")),
+                                  (4, "kaitian / gloo", dict(color="tab:green", marker="^"))):
+            # ratios from the times, not the table's rounded column
+            pts = [(s, number(r[2]), number(r[tcol])) for s, r in zip(sizes, rows)]
+            pts = [(s, k / o) for s, k, o in pts if k and o]
             if pts:
                 bottom.plot(*zip(*pts), label=name, linewidth=1.2, markersize=3, **style)
         bottom.axhline(1.0, color="black", linewidth=0.8)
