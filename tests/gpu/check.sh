@@ -1,0 +1,66 @@
+#!/bin/sh
+# check.sh - the PyTorch binding on a machine with CUDA (not part of `make test`:
+# CI has no GPU). Builds libkaitian, then runs with the Python that has a CUDA
+# torch ($PYTHON, else python3):
+#   1. the Python tests (test_ops repeats every case on cuda tensors when CUDA
+#      is available; async, errors, import, the conformance slice, bench smoke);
+#   2. a job mixing a CUDA rank and a CPU rank (CUDA hidden from rank 1):
+#      test_ops --quick and the digits demo;
+#   3. the digits demo on CUDA, 2 ranks, and with --backend nccl (same seed:
+#      the loss curves are printed side by side);
+#   4. python -m torch_kaitian.bench (CPU tensors, kaitian vs gloo) on this torch.
+# Usage: tests/gpu/check.sh [OUTDIR]   (logs go to OUTDIR, default /tmp/kt_gpu)
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${1:-/tmp/kt_gpu}
+PY=${PYTHON:-$(command -v python3)}
+B="$ROOT/build-gpu"
+mkdir -p "$OUT"
+fails=0
+run() { # name command...
+  name=$1; shift
+  printf '== %s: %s\n' "$name" "$*"
+  if "$@" >"$OUT/$name.log" 2>&1; then echo "   ok"; else echo "   FAILED (rc $?), tail of $OUT/$name.log:"; tail -n 25 "$OUT/$name.log"; fails=$((fails + 1)); fi
+}
+"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.device_count(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")'
+cmake -S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.log" 2>&1 &&
+  cmake --build "$B" -j "$(nproc)" >>"$OUT/cmake.log" 2>&1 || { echo "build failed"; tail -n 30 "$OUT/cmake.log"; exit 1; }
+export KAITIAN_LIBRARY="$B/libkaitian.so" PYTHONPATH="$ROOT/python" PYTHON="$PY" KAITIAN_TIMEOUT=120000
+KT="$B/kaitian"
+T="$ROOT/tests/python"
+run import "$PY" "$T/test_import.py"
+run ops_np1 "$KT" run -n 1 "$T/test_ops.py"
+run ops_np2 "$KT" run -n 2 "$T/test_ops.py"
+run ops_np3 "$KT" run -n 3 "$T/test_ops.py" --quick
+run async "$KT" run -n 2 "$T/test_async.py"
+for s in timeout dead_peer mismatch ddp; do run "errors_$s" "$KT" run -n 2 "$T/test_errors.py" "$s"; done
+# Rank 1 sees no CUDA device: a job mixing a GPU rank and a CPU rank.
+cat >"$OUT/cpu_rank1.sh" <<'SH'
+#!/bin/sh
+[ "$RANK" = 1 ] && export CUDA_VISIBLE_DEVICES=
+exec "$PYTHON" "$@"
+SH
+chmod +x "$OUT/cpu_rank1.sh"
+run mixed_ops "$KT" run -n 2 "$OUT/cpu_rank1.sh" "$T/test_ops.py" --quick
+run mixed_digits "$KT" run -n 2 "$OUT/cpu_rank1.sh" "$ROOT/examples/train_digits.py" --epochs 4 --loss-log "$OUT/mixed.json"
+run digits_cuda "$KT" run -n 2 "$ROOT/examples/train_digits.py" --loss-log "$OUT/kaitian.json"
+run digits_nccl "$KT" run -n 2 "$ROOT/examples/train_digits.py" --backend nccl --loss-log "$OUT/nccl.json"
+"$PY" - "$OUT/kaitian.json" "$OUT/nccl.json" <<'PYEOF' || fails=$((fails + 1))
+import json, sys
+try:
+    a, b = (json.load(open(f)) for f in sys.argv[1:3])
+except Exception as e:
+    print("no loss logs to compare:", e); sys.exit(1)
+print("epoch   kaitian (cuda) loss   acc      nccl loss   acc      |diff|")
+worst = 0.0
+for x, y in zip(a["epochs"], b["epochs"]):
+    d = abs(x["loss"] - y["loss"]); worst = max(worst, d)
+    print(f"{x['epoch']:>5}   {x['loss']:19.6f} {x['accuracy']:6.2%}   {y['loss']:9.6f} {y['accuracy']:6.2%}   {d:.2e}")
+print(f"reloaded accuracy: kaitian {a['reloaded_accuracy']:.2%}, nccl {b['reloaded_accuracy']:.2%}; largest loss difference {worst:.2e}")
+sys.exit(0 if a["reloaded_accuracy"] >= 0.95 else 1)
+PYEOF
+run conformance_smoke "$PY" "$T/conformance.py" --world-size 2 -k test_all_reduce_sum -k test_broadcast_full -k test_DistributedDataParallelCPU -k test_send_recv_any_source -k test_sparse_all_reduce_sum
+run bench "$PY" -m torch_kaitian.bench --reps 3 --scale 0.5
+echo "bench:"; cat "$OUT/bench.log" | tail -n 40
+echo "== $fails failed"
+[ "$fails" = 0 ]
