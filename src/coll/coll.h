@@ -35,6 +35,8 @@ KT_INTERNAL kt_result kt__gather_shm(kt__exec *ex);
 KT_INTERNAL kt_result kt__scatter_shm(kt__exec *ex);
 KT_INTERNAL kt_result kt__alltoallv_shm(kt__exec *ex);      /* alltoall too */
 KT_INTERNAL kt_result kt__barrier_shm(kt__exec *ex);
+/* Several hosts, shared memory within each (c->local, c->cross). */
+KT_INTERNAL kt_result kt__allreduce_hierarchical(kt__exec *ex);
 
 /* Pick the algorithm for op (tuner.c). *name receives its name for logs. */
 KT_INTERNAL kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, const char **name);

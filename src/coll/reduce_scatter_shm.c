@@ -4,7 +4,9 @@
  * across all ranks (its own part read from its input) straight into recvbuf.
  *
  * All ranks on one host. Traffic per rank about 2 x input + the reduction's
- * reads of p windows. */
+ * reads of p windows. Internal callers (allreduce_hierarchical.c) may give
+ * uneven blocks: op->counts/op->displs in elements of sendbuf, op->count then
+ * being the total. */
 #include "coll.h"
 
 #include "reduce/reduce.h"
@@ -19,21 +21,27 @@ kt_result kt__reduce_scatter_shm(kt__exec *ex) {
   size_t es = kt_dtype_size(op->dtype), n = op->count;
   const char *in = op->sendbuf;
   char *out = op->recvbuf;
+#define BCOUNT(b) (op->counts ? op->counts[b] : n)
+#define BSTART(b) (op->counts ? op->displs[b] : (size_t)(b) * n)
   kt__shm_op_begin(ex);
-  if (n == 0) return KT_SUCCESS;
+  size_t most = 0; /* elements of the largest block */
+  for (int b = 0; b < p; b++) most = KT_MAX(most, BCOUNT(b));
+  if (most == 0) return KT_SUCCESS;
   kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
   size_t win = kt__shm_region_bytes(c) / es / (size_t)p; /* elements per block per iteration */
   if (win == 0) win = 1;
-  for (size_t off = 0; off < n; off += win) {
-    size_t len = KT_MIN(win, n - off);
+  for (size_t off = 0; off < most; off += win) {
     int par;
     KT_CHECK(kt__shm_iter_begin(ex, &par));
     char *mine = kt__shm_region(c, me, 0, par);
     for (int b = 0; b < p; b++)
-      if (b != me) memcpy(mine + (size_t)b * win * es, in + ((size_t)b * n + off) * es, len * es);
+      if (b != me && off < BCOUNT(b))
+        memcpy(mine + (size_t)b * win * es, in + (BSTART(b) + off) * es, KT_MIN(win, BCOUNT(b) - off) * es);
     uint64_t step = kt__shm_post(ex);
     KT_CHECK(kt__shm_wait(ex, -1, step));
-    const char *own = in + ((size_t)me * n + off) * es;
+    if (off >= BCOUNT(me)) continue;
+    size_t len = KT_MIN(win, BCOUNT(me) - off);
+    const char *own = in + (BSTART(me) + off) * es;
 #define PART(r) ((r) == me ? own : kt__shm_region(c, r, 0, par) + (size_t)me * win * es)
     char *dst = out + off * es;
     /* Own part first: in place dst is own, read before it is written. */
@@ -44,5 +52,7 @@ kt_result kt__reduce_scatter_shm(kt__exec *ex) {
 #undef PART
     kt__reduce_finalize(dst, len, op->dtype, op->op, p);
   }
+#undef BCOUNT
+#undef BSTART
   return KT_SUCCESS;
 }

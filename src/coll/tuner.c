@@ -13,13 +13,14 @@
 #include <string.h>
 
 /* Where an algorithm can run. */
-enum { ANY = 0, SHM = 1, SHM_SMALL = 2 };
+enum { ANY = 0, SHM = 1, SHM_SMALL = 2, HIER = 3 };
 
 typedef struct algo {
   kt__coll coll;
   const char *name;
   kt__algo_fn fn;
-  int needs; /* ANY; SHM: every rank on this host with a segment; SHM_SMALL: and fits one region */
+  int needs; /* ANY; SHM: every rank on this host with a segment; SHM_SMALL: and fits one region;
+               HIER: ranks on several hosts, as many on each (c->local, c->cross) */
 } algo;
 
 static const algo algos[] = {
@@ -27,6 +28,7 @@ static const algo algos[] = {
     {KT_COLL_ALLREDUCE, "recursive_doubling", kt__allreduce_recursive_doubling, ANY},
     {KT_COLL_ALLREDUCE, "shm_oneshot", kt__allreduce_shm_oneshot, SHM_SMALL},
     {KT_COLL_ALLREDUCE, "shm_rsag", kt__allreduce_shm_rsag, SHM},
+    {KT_COLL_ALLREDUCE, "hierarchical", kt__allreduce_hierarchical, HIER},
     {KT_COLL_BROADCAST, "binomial", kt__broadcast_binomial, ANY},
     {KT_COLL_BROADCAST, "pipeline", kt__broadcast_pipeline, ANY},
     {KT_COLL_BROADCAST, "shm", kt__broadcast_shm, SHM},
@@ -102,7 +104,10 @@ static int ceil_log2(int p) {
 }
 
 static bool can_run(struct kt_comm_s *c, const kt__op *op, const algo *a) {
+  /* Uneven reduce-scatter blocks (internal, hierarchical allreduce): shm only. */
+  if (op->coll == KT_COLL_REDUCE_SCATTER && op->counts && a->needs != SHM) return false;
   if (a->needs == ANY) return true;
+  if (a->needs == HIER) return c->local && c->cross;
   if (!c->shm) return false;
   if (a->needs == SHM_SMALL)
     return op->count * kt_dtype_size(op->dtype) <= kt__shm_region_bytes(c);
@@ -118,6 +123,8 @@ static const char *model_pick(struct kt_comm_s *c, const kt__op *op) {
                                                                                                  : "shm_rsag";
     if (op->coll != KT_COLL_SEND && op->coll != KT_COLL_RECV && op->coll != KT_COLL_SENDRECV) return "shm";
   }
+  /* Several hosts with shared memory inside each: TCP only between hosts. */
+  if (c->local && op->coll == KT_COLL_ALLREDUCE) return "hierarchical";
   switch (op->coll) {
     case KT_COLL_ALLREDUCE: {
       double chunk = (double)kt__chunk_bytes(op->dtype);

@@ -22,10 +22,12 @@ static const char *const coll_names[KT_COLL_COUNT] = {
 const char *kt__coll_name(kt__coll c) { return (unsigned)c < KT_COLL_COUNT ? coll_names[c] : "unknown"; }
 
 const char *kt__peer_desc(struct kt_comm_s *c, int r, char *buf, size_t cap) {
-  if (c->peer_host && r >= 0 && r < c->size && c->peer_pid[r] > 0)
-    snprintf(buf, cap, "rank %d (%s pid %d)", r, c->peer_host[r], c->peer_pid[r]);
+  bool known = r >= 0 && r < c->size;
+  int shown = known && c->label ? c->label[r] : r; /* a child names the parent's rank */
+  if (known && c->peer_host && c->peer_pid[r] > 0)
+    snprintf(buf, cap, "rank %d (%s pid %d)", shown, c->peer_host[r], c->peer_pid[r]);
   else
-    snprintf(buf, cap, "rank %d", r);
+    snprintf(buf, cap, "rank %d", shown);
   return buf;
 }
 
@@ -42,9 +44,8 @@ void *kt__scratch(struct kt_comm_s *c, size_t n) {
   return p;
 }
 
-void kt__comm_fail(struct kt_comm_s *c, kt_result r) {
-  char msg[sizeof c->broken_msg];
-  kt__error_copy(msg, sizeof msg);
+/* Break c (first failure wins) and its hierarchy children with msg. */
+static void comm_fail_msg(struct kt_comm_s *c, kt_result r, const char *msg) {
   pthread_mutex_lock(&c->mu);
   bool first = atomic_load(&c->broken) == 0;
   if (first) {
@@ -53,10 +54,19 @@ void kt__comm_fail(struct kt_comm_s *c, kt_result r) {
   }
   pthread_mutex_unlock(&c->mu);
   if (first) {
-    KT_WARN("communicator of rank %d/%d failed: %s: %s", c->rank, c->size, kt_strerror(r), msg);
+    if (!c->label) KT_WARN("communicator of rank %d/%d failed: %s: %s", c->rank, c->size, kt_strerror(r), msg);
     kt__shm_fail(c, r, msg);
     kt__tcp_broadcast_abort(c, msg); /* msg starts with "rank N:" */
   }
+  /* Peers waiting in a phase of a hierarchical op wait on the children. */
+  if (c->local) comm_fail_msg(c->local, r, msg);
+  if (c->cross) comm_fail_msg(c->cross, r, msg);
+}
+
+void kt__comm_fail(struct kt_comm_s *c, kt_result r) {
+  char msg[sizeof c->broken_msg];
+  kt__error_copy(msg, sizeof msg);
+  comm_fail_msg(c, r, msg);
 }
 
 /* Allocate a communicator shell: everything but the transport. */
@@ -90,6 +100,9 @@ static kt_result comm_alloc(int rank, int size, int64_t timeout_ms, const char *
 }
 
 static void comm_free(struct kt_comm_s *c) {
+  if (c->local) kt_comm_destroy(c->local);
+  if (c->cross) kt_comm_destroy(c->cross);
+  free(c->label);
   kt__shm_close(c);
   kt__tcp_close(c, false);
   if (c->abort_fd >= 0) close(c->abort_fd);
@@ -103,10 +116,61 @@ static void comm_free(struct kt_comm_s *c) {
 
 static kt_result connect_through_store(struct kt_comm_s *c, kt_store store);
 
-/* Shared memory when every rank is on this host (KAITIAN_TRANSPORT=auto). */
-static kt_result setup_shm(struct kt_comm_s *c) {
-  if (c->size < 2 || !c->all_local || strcmp(kt__param_TRANSPORT(), "tcp") == 0) return KT_SUCCESS;
-  return kt__shm_setup(c);
+/* Split c into the children of one level of hierarchy (see comm.h); every
+ * rank computes the same layout from the addresses, so every rank splits. */
+static kt_result setup_hierarchy(struct kt_comm_s *c, const kt__tcp_addr *all) {
+  kt_result res = KT_SUCCESS;
+  int n = c->size, nhosts = 0, host = -1, lrank = -1, L = -1;
+  int *hostof = kt__calloc((size_t)n, sizeof *hostof); /* freed at exit */
+  int *count = kt__calloc((size_t)n, sizeof *count);
+  if (!hostof || !count) {
+    res = KT_ERR_NO_MEMORY;
+    goto exit;
+  }
+  for (int j = 0; j < n; j++) { /* hosts numbered in order of their lowest rank */
+    int h = 0;
+    while (h < j && strcmp(all[h].hostid, all[j].hostid) != 0) h++;
+    hostof[j] = h == j ? nhosts++ : hostof[h];
+    if (j == c->rank) {
+      host = hostof[j];
+      lrank = count[host];
+    }
+    count[hostof[j]]++;
+  }
+  L = count[0];
+  for (int h = 1; h < nhosts; h++)
+    if (count[h] != L) L = -1;
+  if (L < 0) KT_INFO("rank %d: %d hosts with different numbers of ranks: no hierarchy, TCP between every pair of ranks",
+                     c->rank, nhosts);
+  if (L < 2) goto exit; /* uneven hosts, or one rank per host: TCP only */
+  KT_CHECK_GOTO(kt_comm_split(c, host, c->rank, &c->local), res, exit);
+  KT_CHECK_GOTO(kt_comm_split(c, lrank, c->rank, &c->cross), res, exit);
+  c->local->label = kt__calloc((size_t)L, sizeof *c->local->label);
+  c->cross->label = kt__calloc((size_t)nhosts, sizeof *c->cross->label);
+  if (!c->local->label || !c->cross->label) {
+    res = KT_ERR_NO_MEMORY;
+    goto exit;
+  }
+  /* Children order their ranks as the parent does (split key = parent rank):
+   * the ranks of my host, and the ranks with my local index on their host. */
+  for (int h = 0; h < nhosts; h++) count[h] = 0;
+  for (int j = 0, nl = 0, nc = 0; j < n; j++) {
+    if (hostof[j] == host) c->local->label[nl++] = j;
+    if (count[hostof[j]]++ == lrank) c->cross->label[nc++] = j;
+  }
+  KT_INFO("rank %d: %d hosts x %d ranks: shared memory within the host, TCP between hosts", c->rank,
+          nhosts, L);
+exit:
+  free(hostof);
+  free(count);
+  return res;
+}
+
+/* Shared memory when every rank is on this host; the hierarchy when ranks
+ * span hosts (KAITIAN_TRANSPORT=auto). */
+static kt_result setup_transports(struct kt_comm_s *c, const kt__tcp_addr *all) {
+  if (c->size < 2 || strcmp(kt__param_TRANSPORT(), "tcp") == 0) return KT_SUCCESS;
+  return c->all_local ? kt__shm_setup(c) : setup_hierarchy(c, all);
 }
 
 kt_result kt_comm_init(kt_comm *comm, int rank, int size, kt_store store, const kt_config *config) {
@@ -169,7 +233,7 @@ static kt_result connect_through_store(struct kt_comm_s *c, kt_store store) {
     }
   }
   KT_CHECK_GOTO(kt__tcp_mesh(c, all), res, exit);
-  KT_CHECK_GOTO(setup_shm(c), res, exit);
+  KT_CHECK_GOTO(setup_transports(c, all), res, exit);
 exit:
   free(all);
   return res;
@@ -256,7 +320,7 @@ kt_result kt_comm_split(kt_comm comm, int color, int key, kt_comm *newcomm) {
   kt__tcp_addr *addrs = (kt__tcp_addr *)recs; /* compact in place: addr fits in a rec */
   for (int i = 0; i < n; i++) memmove(&addrs[i], &recs[i].addr, sizeof addrs[i]);
   KT_CHECK_GOTO(kt__tcp_mesh(c, addrs), res, exit);
-  KT_CHECK_GOTO(setup_shm(c), res, exit);
+  KT_CHECK_GOTO(setup_transports(c, addrs), res, exit);
   *newcomm = c;
   c = NULL;
 exit:
@@ -287,6 +351,8 @@ kt_result kt_comm_abort(kt_comm comm) {
   /* Local peers learn it from the segment at their next wait (remote ones
    * from the abort notice sent when the op fails or at destroy). */
   kt__shm_fail(comm, why, msg);
+  if (comm->local) kt_comm_abort(comm->local); /* wakes a phase of a hierarchical op */
+  if (comm->cross) kt_comm_abort(comm->cross);
   return KT_SUCCESS;
 }
 

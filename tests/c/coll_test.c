@@ -899,6 +899,7 @@ static void usage(const char *argv0) {
           "usage: kaitian run -n N %s [--quick] [--coll name[,name...]] [--seed N] [--verbose]\n"
           "       [--count N: only that count (0, 1, 1531 or a dtype's large count)]\n"
           "       [--selftest: also corrupt each result and require the checks to notice]\n"
+          "       [--drop-rank R: split rank R off and test on the other ranks' communicator]\n"
           "collectives:",
           argv0);
   for (int i = 0; i < C_NCOLL; i++) fprintf(stderr, " %s", colls[i].name);
@@ -925,6 +926,7 @@ static void parse_colls(const char *list, const char *argv0) {
 
 int main(int argc, char **argv) {
   bool any = false;
+  int drop = -1;
   T.seed = 1;
   T.only_count = -1;
   for (int i = 1; i < argc; i++) {
@@ -934,6 +936,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--coll") == 0 && i + 1 < argc) parse_colls(argv[++i], argv[0]), any = true;
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) T.seed = strtoull(argv[++i], NULL, 0);
     else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) T.only_count = atol(argv[++i]);
+    else if (strcmp(argv[i], "--drop-rank") == 0 && i + 1 < argc) drop = atoi(argv[++i]);
     else usage(argv[0]);
   }
   if (!any)
@@ -943,6 +946,21 @@ int main(int argc, char **argv) {
   if (rc != KT_SUCCESS) {
     fprintf(stderr, "FAIL kt_comm_init_env: %s: %s\n", kt_strerror(rc), kt_last_error());
     return 1;
+  }
+  if (drop >= 0) { /* a communicator from kt_comm_split, without rank `drop` */
+    kt_comm world = T.comm;
+    int wrank = -1;
+    kt_comm_rank(world, &wrank);
+    rc = kt_comm_split(world, wrank == drop ? KT_SPLIT_NOCOLOR : 0, wrank, &T.comm);
+    if (rc != KT_SUCCESS) {
+      fprintf(stderr, "FAIL rank %d: kt_comm_split: %s: %s\n", wrank, kt_strerror(rc), kt_last_error());
+      return 1;
+    }
+    if (wrank == drop) {
+      printf("coll_test: rank %d left out of the tested communicator\n", wrank);
+      return kt_comm_destroy(world) == KT_SUCCESS ? 0 : 1;
+    }
+    /* world stays open until exit: its peers may still be splitting. */
   }
   if ((rc = kt_comm_rank(T.comm, &T.rank)) != KT_SUCCESS ||
       (rc = kt_comm_size(T.comm, &T.size)) != KT_SUCCESS) {

@@ -6,7 +6,12 @@
 # runs, with one shared KAITIAN_JOB_SECRET.
 # MODE jobs (PROGRAM: coll_test, optional):
 #   1. kaitian bench -c 1 -b 8 -e 1M on 3 nodes, every collective, 0 wrong;
-#   2. coll_test --quick on 3 nodes (when built);
+#   2. coll_test on 3 nodes x 2 ranks (--quick) and on 2 nodes x 2 ranks (every
+#      case of allreduce, reduce_scatter, allgather(v)), where allreduce runs
+#      the hierarchical algorithm (shared memory in each node, TCP between
+#      them); again with KAITIAN_TRANSPORT=tcp (TCP only), and on a
+#      communicator split off 3 nodes x 2 ranks without rank 5 (nodes of 2,
+#      2 and 1 ranks: no hierarchy) (when built);
 #   3. 2 nodes with KAITIAN_SOCKET_IFNAME set to the veth name (bench);
 #   4. 2 nodes with KAITIAN_SOCKET_IFNAME naming no interface: every launcher
 #      must fail, quickly, with a message naming the variable.
@@ -199,7 +204,17 @@ grep -h '^\[0\] # average bus bandwidth' "$TMP/bench.0.out"
 
 if [ -n "$COLL" ] && [ -x "$COLL" ]; then
   step "2. coll_test --quick, 3 nodes x 2 ranks"
-  run_ok coll 3 KAITIAN_TIMEOUT=120000 -- "$COLL" --quick
+  run_ok coll 3 KAITIAN_TIMEOUT=120000 KAITIAN_DEBUG=INFO -- "$COLL" --quick
+  grep -q '3 hosts x 2 ranks: shared memory within the host' "$TMP/coll.0.err" ||
+    fail "coll: rank 0 did not log the hierarchy (3 hosts x 2 ranks)"
+  step "2b. coll_test, 2 nodes x 2 ranks, every case of the reducing collectives"
+  run_ok coll2 2 KAITIAN_TIMEOUT=120000 -- "$COLL" --coll allreduce,reduce_scatter,allgather,allgatherv
+  step "2c. coll_test --quick, 2 nodes x 2 ranks, KAITIAN_TRANSPORT=tcp"
+  run_ok colltcp 2 KAITIAN_TIMEOUT=120000 KAITIAN_TRANSPORT=tcp -- "$COLL" --quick
+  step "2d. coll_test --quick --drop-rank 5, 3 nodes x 2 ranks: nodes of 2, 2 and 1 ranks"
+  run_ok colluneven 3 KAITIAN_TIMEOUT=120000 KAITIAN_DEBUG=INFO -- "$COLL" --quick --drop-rank 5 --coll allreduce,reduce_scatter,broadcast,alltoall
+  grep -q 'hosts with different numbers of ranks: no hierarchy' "$TMP/colluneven.0.err" ||
+    fail "colluneven: rank 0 did not log that the split communicator has no hierarchy"
 else
   echo "note: coll_test not given or not built ('$COLL'); step 2 skipped"
 fi

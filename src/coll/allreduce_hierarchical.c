@@ -1,0 +1,68 @@
+/* allreduce_hierarchical.c - allreduce of a communicator that spans hosts:
+ * reduce-scatter among the ranks of each host through shared memory, then
+ * every local rank allreduces its shard with the ranks holding the same shard
+ * on the other hosts over TCP (all L shards at once, one TCP communicator per
+ * local index), then allgather among the ranks of each host through shared
+ * memory.
+ *
+ * Needs the same number L >= 2 of ranks on every host (the communicator's
+ * `local` and `cross` children, built at init; see comm.c). Any count: shards
+ * differ by at most one element. AVG runs as SUM in every phase and each rank
+ * divides its shard once, by the communicator's size.
+ * Cost, H hosts: intra-host (4 + 1/L) n bytes of memory traffic per rank, and
+ * the inter-host allreduce of n/L bytes among H ranks (ring: 2 (H-1)/H n/L
+ * bytes sent per rank), so each host's links carry 2 (H-1)/H n in total,
+ * spread over L sockets - the same bytes as a flat ring, in fewer, larger
+ * messages and with no TCP between ranks of one host. */
+#include "coll.h"
+
+#include "reduce/reduce.h"
+
+#include <stdlib.h>
+
+/* Run one phase on a child communicator. On failure the child breaks (so its
+ * peers stop waiting on it) and the error is stated in the parent's terms:
+ * a peer that died is named by its rank in the parent when the parent's own
+ * sockets show it. */
+static kt_result phase(kt__exec *ex, struct kt_comm_s *child, kt__op *op, const char *what) {
+  op->seq = ++child->issued;
+  kt_result r = kt__execute(child, op);
+  if (r == KT_SUCCESS) return KT_SUCCESS;
+  kt__comm_fail(child, r);
+  kt_result dead = kt__net_check_peers(ex); /* its error text names the parent's rank */
+  if (dead != KT_SUCCESS) return dead;
+  kt__error_prefix("%s phase: ", what);
+  return r;
+}
+
+kt_result kt__allreduce_hierarchical(kt__exec *ex) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm, *local = c->local, *cross = c->cross;
+  int L = local->size, me = local->rank;
+  size_t es = kt_dtype_size(op->dtype), n = op->count;
+  char *out = op->recvbuf;
+  kt_op sum = op->op == KT_AVG ? KT_SUM : op->op;
+  kt_result res = KT_SUCCESS;
+  size_t *counts = malloc(2 * (size_t)L * sizeof *counts); /* freed at exit */
+  if (!counts) return kt__err(KT_ERR_NO_MEMORY, "rank %d: allreduce: out of memory", c->rank);
+  size_t *displs = counts + L;
+  for (int r = 0; r < L; r++) {
+    displs[r] = n / (size_t)L * (size_t)r + KT_MIN((size_t)r, n % (size_t)L);
+    counts[r] = n / (size_t)L + ((size_t)r < n % (size_t)L);
+  }
+  char *shard = out + displs[me] * es;
+
+  kt__op rs = {.coll = KT_COLL_REDUCE_SCATTER, .sendbuf = op->sendbuf, .recvbuf = shard, .count = n,
+               .dtype = op->dtype, .op = sum, .counts = counts, .displs = displs};
+  KT_CHECK_GOTO(phase(ex, local, &rs, "intra-host reduce-scatter"), res, exit);
+  kt__op ar = {.coll = KT_COLL_ALLREDUCE, .sendbuf = shard, .recvbuf = shard, .count = counts[me],
+               .dtype = op->dtype, .op = sum};
+  KT_CHECK_GOTO(phase(ex, cross, &ar, "inter-host allreduce"), res, exit);
+  kt__reduce_finalize(shard, counts[me], op->dtype, op->op, c->size);
+  kt__op ag = {.coll = KT_COLL_ALLGATHERV, .sendbuf = shard, .recvbuf = out, .count = counts[me],
+               .dtype = op->dtype, .counts = counts, .displs = displs};
+  KT_CHECK_GOTO(phase(ex, local, &ag, "intra-host allgather"), res, exit);
+exit:
+  free(counts);
+  return res;
+}
