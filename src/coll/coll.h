@@ -24,6 +24,7 @@ KT_INTERNAL kt_result kt__scatter_linear(kt__exec *ex);
 KT_INTERNAL kt_result kt__alltoallv_pairwise(kt__exec *ex); /* alltoall too */
 KT_INTERNAL kt_result kt__barrier_dissemination(kt__exec *ex);
 KT_INTERNAL kt_result kt__p2p(kt__exec *ex);                /* send, recv, sendrecv */
+KT_INTERNAL kt_result kt__p2p_self(kt__exec *ex);           /* sendrecv with itself: a copy */
 /* Shared memory (every rank on this host). */
 KT_INTERNAL kt_result kt__allreduce_shm_oneshot(kt__exec *ex);
 KT_INTERNAL kt_result kt__allreduce_shm_rsag(kt__exec *ex);
@@ -35,6 +36,7 @@ KT_INTERNAL kt_result kt__gather_shm(kt__exec *ex);
 KT_INTERNAL kt_result kt__scatter_shm(kt__exec *ex);
 KT_INTERNAL kt_result kt__alltoallv_shm(kt__exec *ex);      /* alltoall too */
 KT_INTERNAL kt_result kt__barrier_shm(kt__exec *ex);
+KT_INTERNAL kt_result kt__p2p_shm(kt__exec *ex);            /* send, recv, sendrecv */
 /* Several hosts, shared memory within each (c->local, c->cross). */
 KT_INTERNAL kt_result kt__allreduce_hierarchical(kt__exec *ex);
 

@@ -4,6 +4,16 @@
 
 #include <string.h>
 
+kt_result kt__p2p_self(kt__exec *ex) {
+  const kt__op *op = ex->op;
+  size_t es = kt_dtype_size(op->dtype);
+  if (op->count != op->count2)
+    return kt__err(KT_ERR_MISMATCH, "rank %d: sendrecv with itself sends %zu but receives %zu elements",
+                   ex->comm->rank, op->count, op->count2);
+  if (op->count && op->recvbuf != op->sendbuf) memmove(op->recvbuf, op->sendbuf, op->count * es);
+  return KT_SUCCESS;
+}
+
 kt_result kt__p2p(kt__exec *ex) {
   const kt__op *op = ex->op;
   size_t es = kt_dtype_size(op->dtype);
@@ -22,13 +32,7 @@ kt_result kt__p2p(kt__exec *ex) {
       return kt__net_wait(ex, &x);
     }
     case KT_COLL_SENDRECV:
-      if (op->root == ex->comm->rank) { /* to and from itself */
-        if (op->count != op->count2)
-          return kt__err(KT_ERR_MISMATCH, "rank %d: sendrecv with itself sends %zu but receives %zu elements",
-                         ex->comm->rank, op->count, op->count2);
-        if (op->count && op->recvbuf != op->sendbuf) memmove(op->recvbuf, op->sendbuf, op->count * es);
-        return KT_SUCCESS;
-      }
+      if (op->root == ex->comm->rank) return kt__p2p_self(ex);
       return kt__net_sendrecv(ex, op->root, op->sendbuf, op->count * es, op->peer2, op->recvbuf,
                               op->count2 * es, tag);
     default:

@@ -51,8 +51,11 @@ static const algo algos[] = {
     {KT_COLL_BARRIER, "dissemination", kt__barrier_dissemination, ANY},
     {KT_COLL_BARRIER, "shm", kt__barrier_shm, SHM},
     {KT_COLL_SEND, "direct", kt__p2p, ANY},
+    {KT_COLL_SEND, "shm", kt__p2p_shm, SHM},
     {KT_COLL_RECV, "direct", kt__p2p, ANY},
+    {KT_COLL_RECV, "shm", kt__p2p_shm, SHM},
     {KT_COLL_SENDRECV, "direct", kt__p2p, ANY},
+    {KT_COLL_SENDRECV, "shm", kt__p2p_shm, SHM},
 };
 #define NALGOS (sizeof algos / sizeof algos[0])
 
@@ -91,6 +94,14 @@ static void parse_forced(void) {
     }
     if (!used) KT_WARN("KAITIAN_ALGO: '%s' names no algorithm of any collective; ignored", tok);
   }
+  /* Point to point: one transport for send, recv and sendrecv alike, or
+   * messages would not meet. */
+  static const kt__coll p2p[] = {KT_COLL_SEND, KT_COLL_RECV, KT_COLL_SENDRECV};
+  for (int i = 0; i < 3; i++)
+    if (forced[p2p[i]] >= 0) {
+      for (int j = 0; j < 3; j++) forced[p2p[j]] = find_algo(p2p[j], algos[forced[p2p[i]]].name);
+      break;
+    }
 }
 
 /* Model constants for TCP: per-message latency and per-byte time. */
@@ -121,7 +132,7 @@ static const char *model_pick(struct kt_comm_s *c, const kt__op *op) {
     if (op->coll == KT_COLL_ALLREDUCE)
       return n <= (double)KT_MIN((size_t)kt__param_SHM_ONESHOT_BYTES(), kt__shm_region_bytes(c)) ? "shm_oneshot"
                                                                                                  : "shm_rsag";
-    if (op->coll != KT_COLL_SEND && op->coll != KT_COLL_RECV && op->coll != KT_COLL_SENDRECV) return "shm";
+    return "shm";
   }
   /* Several hosts with shared memory inside each: TCP only between hosts. */
   if (c->local && op->coll == KT_COLL_ALLREDUCE) return "hierarchical";

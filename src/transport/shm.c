@@ -66,7 +66,20 @@ struct kt__shm {
   int par;               /* parity of the current iteration */
   bool oversubscribed;   /* more local ranks than CPUs: yield, do not spin */
   int64_t spin_ns;
+  char *chans;           /* point-to-point rings, one per ordered pair */
+  size_t p2p;            /* bytes of each ring */
 };
+
+/* Head of the ring from one rank to another; the ring's bytes follow. Each
+ * counter has one writer: head the sender, tail the receiver. */
+typedef struct chan {
+  _Atomic uint64_t head; /* bytes the sender has written, ever */
+  char pad0[56];
+  _Atomic uint64_t tail; /* bytes the receiver has consumed, ever */
+  char pad1[56];
+} chan;
+#define CHAN_HDR_BYTES 128
+_Static_assert(sizeof(chan) == CHAN_HDR_BYTES, "chan header size");
 
 static shm_slot *slot(const kt__shm *s, int r) {
   return (shm_slot *)((char *)s->base + SHM_HDR_BYTES + (size_t)r * SHM_SLOT_BYTES);
@@ -75,6 +88,10 @@ static shm_slot *slot(const kt__shm *s, int r) {
 static size_t data_offset(int n) {
   size_t off = SHM_HDR_BYTES + (size_t)n * SHM_SLOT_BYTES;
   return (off + 4095) & ~(size_t)4095;
+}
+
+static chan *chan_of(const kt__shm *s, int from, int to) {
+  return (chan *)(s->chans + ((size_t)from * (size_t)s->n + (size_t)to) * (CHAN_HDR_BYTES + s->p2p));
 }
 
 size_t kt__shm_region_bytes(const struct kt_comm_s *c) { return c->shm->region; }
@@ -122,7 +139,9 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
   int n = c->size;
   size_t region = (size_t)KT_MAX(kt__param_SHM_CHUNK_BYTES(), 4096);
   region = (region + 63) & ~(size_t)63;
-  size_t bytes = data_offset(n) + (size_t)n * 4 * region;
+  size_t p2p = ((size_t)KT_MAX(kt__param_SHM_P2P_BYTES(), 4096) + 63) & ~(size_t)63;
+  size_t chans_off = data_offset(n) + (size_t)n * 4 * region;
+  size_t bytes = chans_off + (size_t)n * (size_t)n * (CHAN_HDR_BYTES + p2p);
   int64_t deadline = kt__now_ns() + kt__param_CONNECT_TIMEOUT() * 1000000;
   bool leader = c->rank == 0;
   int fd = -1;
@@ -204,6 +223,8 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
   s->n = n;
   s->me = c->rank;
   s->region = region;
+  s->chans = (char *)base + chans_off;
+  s->p2p = p2p;
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   s->oversubscribed = ncpu > 0 && n > ncpu;
   s->spin_ns = kt__param_SHM_SPIN_NS();
@@ -264,14 +285,19 @@ void kt__shm_op_begin(kt__exec *ex) {
   s->sig_checked = false;
 }
 
-uint64_t kt__shm_post(kt__exec *ex) {
-  kt__shm *s = ex->comm->shm;
-  s->step++;
-  atomic_store_explicit(&slot(s, s->me)->step, s->step, memory_order_seq_cst);
+/* After a seq_cst store a waiter may be waiting for: wake sleepers, if any. */
+static void wake_sleepers(kt__shm *s) {
   if (atomic_load_explicit(&s->hdr->nwaiters, memory_order_seq_cst)) {
     atomic_fetch_add(&s->hdr->gen, 1);
     futex(&s->hdr->gen, FUTEX_WAKE, INT_MAX, NULL);
   }
+}
+
+uint64_t kt__shm_post(kt__exec *ex) {
+  kt__shm *s = ex->comm->shm;
+  s->step++;
+  atomic_store_explicit(&slot(s, s->me)->step, s->step, memory_order_seq_cst);
+  wake_sleepers(s);
   return s->step;
 }
 
@@ -347,37 +373,56 @@ static kt_result check_failures(kt__exec *ex, int r, uint64_t target, bool slow_
   return KT_SUCCESS;
 }
 
+/* Spin (or yield, when ranks outnumber CPUs), then sleep on the futex until
+ * ready(s, arg). Meanwhile watch for failures: of rank r (-1: every rank)
+ * while its step is below target (UINT64_MAX: always), aborts, the deadline. */
+typedef bool (*ready_fn)(const kt__shm *s, const void *arg);
+
+static kt_result wait_ready(kt__exec *ex, int r, uint64_t target, ready_fn ready, const void *arg) {
+  kt__shm *s = ex->comm->shm;
+  int64_t spin_until = kt__now_ns() + s->spin_ns;
+  unsigned k = 0;
+  while (!ready(s, arg)) {
+    if ((++k & 63) == 0) {
+      KT_CHECK(check_failures(ex, r, target, false));
+      if (kt__now_ns() > spin_until) break;
+    }
+    /* Pure spinning first (a peer on another CPU answers within a few
+     * microseconds); after that yield now and then: when other work shares
+     * the machine, the rank we wait for may need this CPU. */
+    if (s->oversubscribed || (k > 4096 && (k & 15) == 0)) sched_yield();
+    else cpu_relax();
+  }
+  int64_t next_slow = kt__now_ns();
+  while (!ready(s, arg)) {
+    bool slow = kt__now_ns() >= next_slow;
+    KT_CHECK(check_failures(ex, r, target, slow));
+    if (slow) next_slow = kt__now_ns() + SHM_LIVENESS_NS;
+    atomic_fetch_add_explicit(&s->hdr->nwaiters, 1, memory_order_seq_cst);
+    uint32_t g = atomic_load_explicit(&s->hdr->gen, memory_order_seq_cst);
+    if (!ready(s, arg) && !atomic_load(&s->hdr->failed)) {
+      struct timespec ts = {0, 20000000}; /* 20 ms slices */
+      futex(&s->hdr->gen, FUTEX_WAIT, g, &ts);
+    }
+    atomic_fetch_sub_explicit(&s->hdr->nwaiters, 1, memory_order_seq_cst);
+  }
+  return KT_SUCCESS;
+}
+
+typedef struct step_goal {
+  int r;
+  uint64_t target;
+} step_goal;
+
+static bool steps_ready(const kt__shm *s, const void *arg) {
+  const step_goal *g = arg;
+  return reached(s, g->r, g->target);
+}
+
 kt_result kt__shm_wait(kt__exec *ex, int r, uint64_t target) {
   kt__shm *s = ex->comm->shm;
-  if (!reached(s, r, target)) {
-    /* Spin (or yield, when ranks outnumber CPUs), then sleep. */
-    int64_t spin_until = kt__now_ns() + s->spin_ns;
-    unsigned k = 0;
-    while (!reached(s, r, target)) {
-      if ((++k & 63) == 0) {
-        KT_CHECK(check_failures(ex, r, target, false));
-        if (kt__now_ns() > spin_until) break;
-      }
-      /* Pure spinning first (a peer on another CPU answers within a few
-       * microseconds); after that yield now and then: when other work shares
-       * the machine, the rank we wait for may need this CPU. */
-      if (s->oversubscribed || (k > 4096 && (k & 15) == 0)) sched_yield();
-      else cpu_relax();
-    }
-    int64_t next_slow = kt__now_ns();
-    while (!reached(s, r, target)) {
-      bool slow = kt__now_ns() >= next_slow;
-      KT_CHECK(check_failures(ex, r, target, slow));
-      if (slow) next_slow = kt__now_ns() + SHM_LIVENESS_NS;
-      atomic_fetch_add_explicit(&s->hdr->nwaiters, 1, memory_order_seq_cst);
-      uint32_t g = atomic_load_explicit(&s->hdr->gen, memory_order_seq_cst);
-      if (!reached(s, r, target) && !atomic_load(&s->hdr->failed)) {
-        struct timespec ts = {0, 20000000}; /* 20 ms slices */
-        futex(&s->hdr->gen, FUTEX_WAIT, g, &ts);
-      }
-      atomic_fetch_sub_explicit(&s->hdr->nwaiters, 1, memory_order_seq_cst);
-    }
-  }
+  step_goal goal = {r, target};
+  if (!reached(s, r, target)) KT_CHECK(wait_ready(ex, r, target, steps_ready, &goal));
   if (r < 0 && target > s->all_reached) s->all_reached = target;
   if (!s->sig_checked) KT_CHECK(check_sigs(ex, r));
   return check_failures(ex, r, target, false);
@@ -408,4 +453,112 @@ void kt__shm_set_aux(kt__exec *ex, int par, uint64_t v) {
 
 uint64_t kt__shm_get_aux(kt__exec *ex, int r, int par) {
   return atomic_load_explicit(&slot(ex->comm->shm, r)->aux[par], memory_order_relaxed);
+}
+
+/* ---- point to point ------------------------------------------------------- */
+
+#define P2P_MAGIC 0x5032504bu /* "KP2P" */
+#define P2P_HDR_BYTES 32
+
+/* One direction of a kt__shm_p2p call: the header, then the payload, through
+ * the ring of one ordered pair. pos mirrors the counter this side writes. */
+typedef struct stream {
+  chan *ch;
+  char *ring;
+  uint64_t pos;
+  unsigned char hdr[P2P_HDR_BYTES];
+  size_t hdone;
+  char *buf;
+  size_t len, done;
+} stream;
+
+static bool stream_busy(const stream *st) { return st->ch && (st->hdone < P2P_HDR_BYTES || st->done < st->len); }
+
+/* Move bytes between the message and the ring, as far as the ring allows.
+ * send: into the ring up to its free space; else out of it up to what was
+ * written. Returns the bytes moved and publishes the new counter. */
+static size_t stream_move(kt__shm *s, stream *st, bool send) {
+  uint64_t other = send ? atomic_load_explicit(&st->ch->tail, memory_order_acquire)
+                        : atomic_load_explicit(&st->ch->head, memory_order_acquire);
+  size_t room = send ? s->p2p - (size_t)(st->pos - other) : (size_t)(other - st->pos), moved = 0;
+  while (room > 0 && stream_busy(st)) {
+    bool in_hdr = st->hdone < P2P_HDR_BYTES;
+    char *msg = in_hdr ? (char *)st->hdr + st->hdone : st->buf + st->done;
+    size_t off = (size_t)(st->pos % s->p2p);
+    size_t k = KT_MIN(KT_MIN(in_hdr ? P2P_HDR_BYTES - st->hdone : st->len - st->done, room), s->p2p - off);
+    if (send) memcpy(st->ring + off, msg, k);
+    else memcpy(msg, st->ring + off, k);
+    if (in_hdr) st->hdone += k;
+    else st->done += k;
+    st->pos += k;
+    room -= k;
+    moved += k;
+    if (!send && in_hdr && st->hdone == P2P_HDR_BYTES) break; /* the caller checks it first */
+  }
+  if (moved) {
+    atomic_store_explicit(send ? &st->ch->head : &st->ch->tail, st->pos, memory_order_seq_cst);
+    wake_sleepers(s);
+  }
+  return moved;
+}
+
+typedef struct p2p_state {
+  const stream *snd, *rcv;
+} p2p_state;
+
+/* Either direction can move. */
+static bool p2p_ready(const kt__shm *s, const void *arg) {
+  const p2p_state *p = arg;
+  if (stream_busy(p->snd) && p->snd->pos - atomic_load_explicit(&p->snd->ch->tail, memory_order_acquire) < s->p2p)
+    return true;
+  return stream_busy(p->rcv) && atomic_load_explicit(&p->rcv->ch->head, memory_order_acquire) != p->rcv->pos;
+}
+
+kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int src, void *rbuf, size_t rlen,
+                      uint32_t tag) {
+  kt__shm *s = ex->comm->shm;
+  stream snd = {0}, rcv = {0};
+  if (dst >= 0) {
+    snd.ch = chan_of(s, s->me, dst);
+    snd.ring = (char *)snd.ch + CHAN_HDR_BYTES;
+    snd.pos = atomic_load_explicit(&snd.ch->head, memory_order_relaxed);
+    uint32_t h32[2] = {P2P_MAGIC, tag};
+    uint64_t len = slen;
+    memcpy(snd.hdr, h32, sizeof h32);
+    memcpy(snd.hdr + 8, &len, sizeof len);
+    snd.buf = (char *)sbuf;
+    snd.len = slen;
+  }
+  if (src >= 0) {
+    rcv.ch = chan_of(s, src, s->me);
+    rcv.ring = (char *)rcv.ch + CHAN_HDR_BYTES;
+    rcv.pos = atomic_load_explicit(&rcv.ch->tail, memory_order_relaxed);
+    rcv.buf = rbuf;
+    rcv.len = rlen;
+  }
+  p2p_state st = {&snd, &rcv};
+  while (stream_busy(&snd) || stream_busy(&rcv)) {
+    size_t moved = stream_busy(&snd) ? stream_move(s, &snd, true) : 0;
+    if (stream_busy(&rcv)) {
+      bool had_hdr = rcv.hdone == P2P_HDR_BYTES;
+      moved += stream_move(s, &rcv, false);
+      if (!had_hdr && rcv.hdone == P2P_HDR_BYTES) { /* the message's header: is it the one expected? */
+        uint32_t h32[2];
+        uint64_t len;
+        memcpy(h32, rcv.hdr, sizeof h32);
+        memcpy(&len, rcv.hdr + 8, sizeof len);
+        if (h32[0] != P2P_MAGIC || h32[1] != tag || len != rlen) {
+          char who[128];
+          kt__peer_desc(ex->comm, src, who, sizeof who);
+          return kt__err(KT_ERR_MISMATCH,
+                         "rank %d: expected a message of %zu bytes with tag %u from %s, which sent %llu bytes with tag %u%s",
+                         s->me, rlen, tag, who, (unsigned long long)len, h32[1],
+                         h32[0] != P2P_MAGIC ? " (corrupt header)" : "");
+        }
+      }
+    }
+    if (!moved && (stream_busy(&snd) || stream_busy(&rcv)))
+      KT_CHECK(wait_ready(ex, stream_busy(&snd) ? dst : src, UINT64_MAX, p2p_ready, &st));
+  }
+  return KT_SUCCESS;
 }

@@ -10,7 +10,11 @@
  * peers' counters by spinning briefly, then sleeping on a futex; while it
  * waits it watches for failures (a dead pid, a peer's failure notice, an
  * abort, the deadline). Mismatched operations are caught by comparing the
- * signatures every rank writes before its first post of an op. */
+ * signatures every rank writes before its first post of an op.
+ *
+ * Point-to-point messages use a separate byte ring per ordered pair of ranks
+ * (single producer, single consumer): a 32-byte header (tag, length) then the
+ * payload, streamed through the ring in issue order. */
 #ifndef KT_SHM_H
 #define KT_SHM_H
 
@@ -46,6 +50,11 @@ KT_INTERNAL uint64_t kt__shm_post(kt__exec *ex);
 /* Wait until peer r's step (r = -1: every rank's) is at least target. On the
  * first wait of an op, the signatures of the ranks waited for are checked. */
 KT_INTERNAL kt_result kt__shm_wait(kt__exec *ex, int r, uint64_t target);
+/* Send slen bytes to dst and/or receive rlen bytes from src (-1: none) with
+ * tag, both at once. A message with another tag or length is a
+ * KT_ERR_MISMATCH naming both sides. */
+KT_INTERNAL kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int src, void *rbuf,
+                                  size_t rlen, uint32_t tag);
 /* Small per-iteration value published with the next post (alltoallv). */
 KT_INTERNAL void kt__shm_set_aux(kt__exec *ex, int par, uint64_t v);
 KT_INTERNAL uint64_t kt__shm_get_aux(kt__exec *ex, int r, int par);
