@@ -551,8 +551,8 @@ kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int 
           char who[128];
           kt__peer_desc(ex->comm, src, who, sizeof who);
           return kt__err(KT_ERR_MISMATCH,
-                         "rank %d: expected a message of %zu bytes with tag %u from %s, which sent %llu bytes with tag %u%s",
-                         s->me, rlen, tag, who, (unsigned long long)len, h32[1],
+                         "expected a message of %zu bytes with tag %u from %s, which sent %llu bytes with tag %u%s",
+                         rlen, tag, who, (unsigned long long)len, h32[1],
                          h32[0] != P2P_MAGIC ? " (corrupt header)" : "");
         }
       }

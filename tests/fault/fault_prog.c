@@ -410,11 +410,13 @@ static int scenario_timeout(kt_comm comm) {
   return finish("timeout: KT_ERR_TIMEOUT naming the rank and KAITIAN_TIMEOUT", 0);
 }
 
-/* Test 3: ranks issue different operations; every rank must get an error. */
+/* Test 3: ranks issue different operations; every rank must get an error.
+ * p2ptag/p2pcount: rank 0 sends to rank 1, which expects another tag or
+ * count; the others join a barrier. */
 static int scenario_mismatch(kt_comm comm) {
   const char *kind = arg("kind", "bcast");
   size_t count = 100, count1 = 100;
-  bool bcast = false;
+  bool bcast = false, p2p = false;
   kt_dtype dtype1 = KT_FLOAT32; /* rank 1's dtype and op */
   kt_op op1 = KT_SUM;
   int root = 0;
@@ -432,6 +434,9 @@ static int scenario_mismatch(kt_comm comm) {
     dtype1 = KT_INT32;
   } else if (!strcmp(kind, "op")) {
     op1 = KT_MAX;
+  } else if (!strcmp(kind, "p2ptag") || !strcmp(kind, "p2pcount")) {
+    p2p = true;
+    count1 = !strcmp(kind, "p2pcount") ? 101 : 100;
   } else {
     fprintf(stderr, "fault_prog mismatch: unknown kind=%s\n", kind);
     return 2;
@@ -441,7 +446,16 @@ static int scenario_mismatch(kt_comm comm) {
   const char *what;
   int64_t t0 = mono_ms();
   kt_result r;
-  if (g_rank == 1 && bcast) {
+  if (p2p && g_rank == 0) {
+    what = "send";
+    r = kt_send(in, count, KT_FLOAT32, 1, 0, comm);
+  } else if (p2p && g_rank == 1) {
+    what = "recv";
+    r = kt_recv(out, count1, KT_FLOAT32, 0, !strcmp(kind, "p2ptag") ? 5 : 0, comm);
+  } else if (p2p) {
+    what = "barrier";
+    r = kt_barrier(comm);
+  } else if (g_rank == 1 && bcast) {
     what = "broadcast";
     r = kt_broadcast(in, out, count, KT_FLOAT32, root, comm);
   } else {
@@ -454,11 +468,11 @@ static int scenario_mismatch(kt_comm comm) {
   snprintf(msg, sizeof msg, "%s", kt_last_error());
   /* The root of a broadcast only sends: its call may complete before anyone
    * looks at the data. The mismatch must then surface in its next call. */
-  bool send_only = bcast && g_rank == root && g_rank == 1;
+  bool send_only = (bcast && g_rank == root && g_rank == 1) || (p2p && g_rank == 0);
   if (r == KT_SUCCESS && send_only) {
     printf("rank %d: %s completed (send-only root); the mismatch must fail the next call\n",
            g_rank, what);
-    what = "barrier (after the send-only broadcast)";
+    what = "barrier (after the send-only call)";
     t0 = mono_ms();
     r = kt_barrier(comm);
     dt = mono_ms() - t0;
