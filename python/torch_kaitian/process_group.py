@@ -63,7 +63,10 @@ def _caller_mode(depth=2):
     """How the method `depth` frames up was called: SYNC when torch's Python
     wrapper waits right away, PYTHON when it returns the work to the user,
     OTHER for any other caller (C++ through the trampoline, user code)."""
-    f = sys._getframe(depth)
+    try:
+        f = sys._getframe(depth)
+    except ValueError:  # called from C++ with fewer Python frames (DDP's reducer on torch 2.x)
+        return OTHER
     code = f.f_code
     if code.co_filename != _C10D_FILE or code.co_name not in _WRAPPERS:
         return OTHER

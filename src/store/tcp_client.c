@@ -252,7 +252,7 @@ static int connect_once(tcp_client *cl, int64_t deadline_ns, char *why, size_t w
 /* Present the secret. KT_ERR_STORE with *denied set when refused (not worth
  * retrying). */
 static kt_result hello(tcp_client *cl, int64_t deadline_ns, bool *denied) {
-  kt_proto_hdr rh;
+  kt_proto_hdr rh = {0};
   *denied = false;
   KT_CHECK(exchange(cl, "hello", KT_OP_HELLO, NULL, 0, cl->secret, cl->secret_len, 0, deadline_ns, &rh));
   if (rh.status == KT_PST_DENIED) {
@@ -330,7 +330,7 @@ static kt_result op_set(void *ctx, const char *key, const void *value, size_t le
   char what[128];
   snprintf(what, sizeof what, "set of key " KT_KEYFMT, KT_KEYARG(key));
   int64_t deadline = deadline_after(kt__param_TIMEOUT());
-  kt_proto_hdr rh;
+  kt_proto_hdr rh = {0};
   kt_result r;
   pthread_mutex_lock(&cl->mu);
   KT_CHECK_GOTO(ensure_connected(cl, deadline), r, out);
@@ -357,7 +357,7 @@ static kt_result op_get(void *ctx, const char *key, void *buf, size_t cap, size_
   char what[128];
   snprintf(what, sizeof what, "key " KT_KEYFMT, KT_KEYARG(key));
   int64_t deadline = deadline_after(KT_MIN(tmo, INT64_MAX - REPLY_GRACE_MS) + REPLY_GRACE_MS);
-  kt_proto_hdr rh;
+  kt_proto_hdr rh = {0};
   kt_result r;
   pthread_mutex_lock(&cl->mu);
   KT_CHECK_GOTO(ensure_connected(cl, deadline), r, out);
@@ -386,7 +386,7 @@ static kt_result op_add(void *ctx, const char *key, int64_t delta, int64_t *resu
   char what[128];
   snprintf(what, sizeof what, "add on key " KT_KEYFMT, KT_KEYARG(key));
   int64_t deadline = deadline_after(kt__param_TIMEOUT());
-  kt_proto_hdr rh;
+  kt_proto_hdr rh = {0};
   kt_result r;
   pthread_mutex_lock(&cl->mu);
   KT_CHECK_GOTO(ensure_connected(cl, deadline), r, out);
@@ -405,7 +405,7 @@ static kt_result op_wait(void *ctx, const char *const *keys, size_t nkeys, int64
   char what[400];
   describe_keys(what, sizeof what, keys, nkeys);
   int64_t deadline = deadline_after(KT_MIN(tmo, INT64_MAX - REPLY_GRACE_MS) + REPLY_GRACE_MS);
-  kt_proto_hdr rh;
+  kt_proto_hdr rh = {0};
   kt_result r;
   pthread_mutex_lock(&cl->mu);
   KT_CHECK_GOTO(ensure_connected(cl, deadline), r, out);
@@ -423,7 +423,7 @@ static kt_result op_check(void *ctx, const char *const *keys, size_t nkeys, int 
   char what[400] = "check of ";
   describe_keys(what + strlen(what), sizeof what - strlen(what), keys, nkeys);
   int64_t deadline = deadline_after(kt__param_TIMEOUT());
-  kt_proto_hdr rh;
+  kt_proto_hdr rh = {0};
   kt_result r;
   pthread_mutex_lock(&cl->mu);
   KT_CHECK_GOTO(ensure_connected(cl, deadline), r, out);
@@ -441,7 +441,7 @@ static kt_result op_del(void *ctx, const char *key) {
   char what[128];
   snprintf(what, sizeof what, "delete of key " KT_KEYFMT, KT_KEYARG(key));
   int64_t deadline = deadline_after(kt__param_TIMEOUT());
-  kt_proto_hdr rh;
+  kt_proto_hdr rh = {0};
   kt_result r;
   pthread_mutex_lock(&cl->mu);
   KT_CHECK_GOTO(ensure_connected(cl, deadline), r, out);

@@ -121,11 +121,16 @@ def ddp_overlaps():
         return fut.then(fin)
 
     model.register_comm_hook(None, hook)
-    x = torch.randn(64, 512)
+    # Enough work between buckets, on one thread, that a fast many-core host
+    # cannot finish backward before the first 1 MiB allreduce returns.
+    x = torch.randn(512, 512)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     for _ in range(3):  # first iterations rebuild buckets
         issued.clear()
         done.clear()
         model(x).sum().backward()
+    torch.set_num_threads(threads)
     assert len(issued) >= 3, f"only {len(issued)} buckets"
     overlapped = min(done) < max(issued)
     print(f"rank {RANK}: {len(issued)} buckets; first completion {1e3 * (min(done) - min(issued)):.1f} ms "

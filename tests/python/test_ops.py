@@ -370,6 +370,9 @@ def main():
     ap.add_argument("--init", default="env", choices=("env", "tcp", "file"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--file", help="shared file for --init file")
+    ap.add_argument("--own-device", action="store_true",
+                    help="every case once, on this rank's own device (torch_kaitian.device()): "
+                         "a job may mix CUDA and CPU ranks")
     args = ap.parse_args()
     if args.init == "env":
         dist.init_process_group("kaitian")
@@ -381,7 +384,10 @@ def main():
         dist.init_process_group("kaitian", init_method=f"file://{path}", rank=RANK, world_size=WS)
     assert dist.get_backend() == "kaitian", dist.get_backend()
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    if torch.cuda.is_available():
+    if args.own_device:
+        torch_kaitian.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch_kaitian.local_device_count())
+        devices = [torch_kaitian.device().type]
+    elif torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
     elif RANK == 0:
         print("CUDA is not available: CUDA cases skipped")
