@@ -927,6 +927,7 @@ static void parse_colls(const char *list, const char *argv0) {
 int main(int argc, char **argv) {
   bool any = false;
   int drop = -1;
+  kt_comm world = NULL; /* the launched communicator, when the test runs on a split */
   T.seed = 1;
   T.only_count = -1;
   for (int i = 1; i < argc; i++) {
@@ -948,7 +949,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (drop >= 0) { /* a communicator from kt_comm_split, without rank `drop` */
-    kt_comm world = T.comm;
+    world = T.comm;
     int wrank = -1;
     kt_comm_rank(world, &wrank);
     rc = kt_comm_split(world, wrank == drop ? KT_SPLIT_NOCOLOR : 0, wrank, &T.comm);
@@ -960,7 +961,7 @@ int main(int argc, char **argv) {
       printf("coll_test: rank %d left out of the tested communicator\n", wrank);
       return kt_comm_destroy(world) == KT_SUCCESS ? 0 : 1;
     }
-    /* world stays open until exit: its peers may still be splitting. */
+    /* world stays open until the end: its peers may still be splitting. */
   }
   if ((rc = kt_comm_rank(T.comm, &T.rank)) != KT_SUCCESS ||
       (rc = kt_comm_size(T.comm, &T.size)) != KT_SUCCESS) {
@@ -1002,6 +1003,11 @@ int main(int argc, char **argv) {
   rc = kt_comm_destroy(T.comm);
   if (rc != KT_SUCCESS) {
     fprintf(stderr, "FAIL rank %d: kt_comm_destroy: %s: %s\n", T.rank, kt_strerror(rc), kt_last_error());
+    return 1;
+  }
+  if (world && (rc = kt_comm_destroy(world)) != KT_SUCCESS) {
+    fprintf(stderr, "FAIL rank %d: kt_comm_destroy(world): %s: %s\n", T.rank, kt_strerror(rc),
+            kt_last_error());
     return 1;
   }
   return total ? 1 : 0;
