@@ -301,6 +301,23 @@ class ProcessGroupKaitian(_Base):
 
     _get_backend_name = name
 
+    # torch 2.x names every group (_set_group_name) and reads the name back on
+    # destroy_process_group; ProcessGroup keeps it in its per-device backends,
+    # which a group implemented in Python has none of: keep it here.
+    def _set_group_name(self, name):
+        self._group_name = name
+
+    @property
+    def group_name(self):
+        return getattr(self, "_group_name", "")
+
+    def _set_group_desc(self, desc):
+        self._group_desc = desc
+
+    @property
+    def group_desc(self):
+        return getattr(self, "_group_desc", "")
+
     def _start_coalescing(self, *args, **kwargs):
         """batch_isend_irecv: ops run as issued (p2p directions never block each other)."""
 
