@@ -7,8 +7,8 @@
  *
  * Needs the same number L >= 2 of ranks on every host (the communicator's
  * `local` and `cross` children, built at init; see comm.c). Any count: shards
- * differ by at most one element. AVG runs as SUM in every phase and each rank
- * divides its shard once, by the communicator's size.
+ * differ by at most one element. AVG sums in every phase (the phases are
+ * `partial`) and each rank divides its shard once, by the communicator's size.
  * Cost, H hosts: intra-host (4 + 1/L) n bytes of memory traffic per rank, and
  * the inter-host allreduce of n/L bytes among H ranks (ring: 2 (H-1)/H n/L
  * bytes sent per rank), so each host's links carry 2 (H-1)/H n in total,
@@ -16,19 +16,17 @@
  * messages and with no TCP between ranks of one host. */
 #include "coll.h"
 
-#include "reduce/reduce.h"
-
-#include <stdlib.h>
-
-/* Run one phase on a child communicator. On failure the child breaks (so its
- * peers stop waiting on it) and the error is stated in the parent's terms:
- * a peer that died is named by its rank in the parent when the parent's own
- * sockets show it. */
+/* Run one phase on a child communicator, within the parent's deadline. The
+ * phase's op carries the parent's operation (AVG included: it only sums,
+ * `partial`), so the children's signature checks catch a mismatch in it. On
+ * failure the parent breaks (run_op), which breaks the children with the
+ * parent's message; a peer that died is named by its rank in the parent when
+ * the parent's own sockets show it. */
 static kt_result phase(kt__exec *ex, struct kt_comm_s *child, kt__op *op, const char *what) {
   op->seq = ++child->issued;
-  kt_result r = kt__execute(child, op);
+  op->partial = true;
+  kt_result r = kt__execute_until(child, op, ex->deadline_ns);
   if (r == KT_SUCCESS) return KT_SUCCESS;
-  kt__comm_fail(child, r);
   kt_result dead = kt__net_check_peers(ex); /* its error text names the parent's rank */
   if (dead != KT_SUCCESS) return dead;
   kt__error_prefix("%s phase: ", what);
@@ -41,10 +39,9 @@ kt_result kt__allreduce_hierarchical(kt__exec *ex) {
   int L = local->size, me = local->rank;
   size_t es = kt_dtype_size(op->dtype), n = op->count;
   char *out = op->recvbuf;
-  kt_op sum = op->op == KT_AVG ? KT_SUM : op->op;
-  kt_result res = KT_SUCCESS;
-  size_t *counts = malloc(2 * (size_t)L * sizeof *counts); /* freed at exit */
-  if (!counts) return kt__err(KT_ERR_NO_MEMORY, "rank %d: allreduce: out of memory", c->rank);
+  /* The parent's scratch: its own algorithms never run during the phases. */
+  size_t *counts = kt__scratch(c, 2 * (size_t)L * sizeof *counts);
+  if (!counts) return kt__err(KT_ERR_NO_MEMORY, "allreduce: out of memory");
   size_t *displs = counts + L;
   for (int r = 0; r < L; r++) {
     displs[r] = n / (size_t)L * (size_t)r + KT_MIN((size_t)r, n % (size_t)L);
@@ -53,16 +50,13 @@ kt_result kt__allreduce_hierarchical(kt__exec *ex) {
   char *shard = out + displs[me] * es;
 
   kt__op rs = {.coll = KT_COLL_REDUCE_SCATTER, .sendbuf = op->sendbuf, .recvbuf = shard, .count = n,
-               .dtype = op->dtype, .op = sum, .counts = counts, .displs = displs};
-  KT_CHECK_GOTO(phase(ex, local, &rs, "intra-host reduce-scatter"), res, exit);
+               .dtype = op->dtype, .op = op->op, .counts = counts, .displs = displs};
+  KT_CHECK(phase(ex, local, &rs, "intra-host reduce-scatter"));
   kt__op ar = {.coll = KT_COLL_ALLREDUCE, .sendbuf = shard, .recvbuf = shard, .count = counts[me],
-               .dtype = op->dtype, .op = sum};
-  KT_CHECK_GOTO(phase(ex, cross, &ar, "inter-host allreduce"), res, exit);
+               .dtype = op->dtype, .op = op->op};
+  KT_CHECK(phase(ex, cross, &ar, "inter-host allreduce"));
   kt__reduce_finalize(shard, counts[me], op->dtype, op->op, c->size);
   kt__op ag = {.coll = KT_COLL_ALLGATHERV, .sendbuf = shard, .recvbuf = out, .count = counts[me],
                .dtype = op->dtype, .counts = counts, .displs = displs};
-  KT_CHECK_GOTO(phase(ex, local, &ag, "intra-host allgather"), res, exit);
-exit:
-  free(counts);
-  return res;
+  return phase(ex, local, &ag, "intra-host allgather");
 }

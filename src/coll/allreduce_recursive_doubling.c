@@ -59,7 +59,7 @@ kt_result kt__allreduce_recursive_doubling(kt__exec *ex) {
       else reduce(buf, buf, tmp, op->count);
     }
   }
-  if (newrank >= 0) kt__reduce_finalize(buf, op->count, op->dtype, op->op, p);
+  if (newrank >= 0) kt__op_finalize(op, buf, op->count, p);
   if (r < 2 * rem) { /* hand the finished result back to the rank that sat out */
     kt__xfer x;
     if (r % 2) kt__xfer_send(&x, r - 1, buf, bytes, 1000);

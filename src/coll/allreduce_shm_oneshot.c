@@ -31,6 +31,6 @@ kt_result kt__allreduce_shm_oneshot(kt__exec *ex) {
   char *dst = op->recvbuf;
   reduce(dst, kt__shm_region(c, 0, 0, par), kt__shm_region(c, 1, 0, par), n);
   for (int r = 2; r < p; r++) reduce(dst, dst, kt__shm_region(c, r, 0, par), n);
-  kt__reduce_finalize(dst, n, op->dtype, op->op, p);
+  kt__op_finalize(op, dst, n, p);
   return KT_SUCCESS;
 }

@@ -53,7 +53,7 @@ kt_result kt__allreduce_shm_rsag(kt__exec *ex) {
       reduce(res, first, second, cnt);
       for (int r = 2; r < p; r++)
         reduce(res, res, r == me ? in + (base + lo) * es : kt__shm_region(c, r, 0, par) + lo * es, cnt);
-      kt__reduce_finalize(res, cnt, op->dtype, op->op, p);
+      kt__op_finalize(op, res, cnt, p);
     }
     step = kt__shm_post(ex);
     KT_CHECK(kt__shm_wait(ex, -1, step));

@@ -7,6 +7,7 @@
 #define KT_COLL_H
 
 #include "comm.h"
+#include "reduce/reduce.h"
 #include "transport/transport.h"
 
 typedef kt_result (*kt__algo_fn)(kt__exec *ex);
@@ -66,5 +67,11 @@ KT_INTERNAL kt_result kt__ring_run(kt__exec *ex, const kt__ring *rg);
 KT_INTERNAL size_t kt__chunk_bytes(kt_dtype dt);
 
 static inline int kt__mod(int a, int p) { return ((a % p) + p) % p; }
+
+/* The last step of a reduction of p ranks: AVG divides by p, unless the op
+ * is a phase of a parent's op (the parent divides once, by its own size). */
+static inline void kt__op_finalize(const kt__op *op, void *buf, size_t n, int p) {
+  if (!op->partial) kt__reduce_finalize(buf, n, op->dtype, op->op, p);
+}
 
 #endif /* KT_COLL_H */

@@ -44,6 +44,6 @@ kt_result kt__reduce_binomial(kt__exec *ex) {
       reduce(acc, acc, tmp, op->count);
     }
   }
-  kt__reduce_finalize(acc, op->count, op->dtype, op->op, p); /* root only gets here */
+  kt__op_finalize(op, acc, op->count, p); /* root only gets here */
   return KT_SUCCESS;
 }

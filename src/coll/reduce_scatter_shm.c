@@ -50,7 +50,7 @@ kt_result kt__reduce_scatter_shm(kt__exec *ex) {
     for (int r = 0; r < p; r++)
       if (r != me && r != first) reduce(dst, dst, PART(r), len);
 #undef PART
-    kt__reduce_finalize(dst, len, op->dtype, op->op, p);
+    kt__op_finalize(op, dst, len, p);
   }
 #undef BCOUNT
 #undef BSTART

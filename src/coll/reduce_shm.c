@@ -40,7 +40,7 @@ kt_result kt__reduce_shm(kt__exec *ex) {
       reduce(res, me == 0 ? mypart : kt__shm_region(c, 0, 0, par) + lo * es,
              me == 1 ? mypart : kt__shm_region(c, 1, 0, par) + lo * es, cnt);
       for (int r = 2; r < p; r++) reduce(res, res, r == me ? mypart : kt__shm_region(c, r, 0, par) + lo * es, cnt);
-      kt__reduce_finalize(res, cnt, op->dtype, op->op, p);
+      kt__op_finalize(op, res, cnt, p);
     }
     step = kt__shm_post(ex);
     if (me == op->root) {

@@ -56,7 +56,7 @@ kt_result kt__ring_run(kt__exec *ex, const kt__ring *rg) {
         size_t n = KT_MIN(chunk, ready - processed);
         if (rs) {
           reduce(dst + processed, rg->in[rb] + processed, rg->tmp + processed, n / es);
-          if (last_rs) kt__reduce_finalize(dst + processed, n / es, op->dtype, op->op, p);
+          if (last_rs) kt__op_finalize(op, dst + processed, n / es, p);
         }
         processed += n;
         if (nx) nx->avail = processed;

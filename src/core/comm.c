@@ -23,7 +23,7 @@ const char *kt__coll_name(kt__coll c) { return (unsigned)c < KT_COLL_COUNT ? col
 
 const char *kt__peer_desc(struct kt_comm_s *c, int r, char *buf, size_t cap) {
   bool known = r >= 0 && r < c->size;
-  int shown = known && c->label ? c->label[r] : r; /* a child names the parent's rank */
+  int shown = kt__rank_label(c, r);
   if (known && c->peer_host && c->peer_pid[r] > 0)
     snprintf(buf, cap, "rank %d (%s pid %d)", shown, c->peer_host[r], c->peer_pid[r]);
   else
@@ -340,7 +340,7 @@ kt_result kt_comm_abort(kt_comm comm) {
   pthread_mutex_lock(&comm->mu);
   if (atomic_load(&comm->broken) == 0) {
     snprintf(comm->broken_msg, sizeof comm->broken_msg, "rank %d: communicator aborted (kt_comm_abort)",
-             comm->rank);
+             kt__rank_label(comm, comm->rank));
     atomic_store(&comm->broken, (int)KT_ERR_ABORTED);
   }
   char msg[sizeof comm->broken_msg];

@@ -52,6 +52,8 @@ typedef struct kt__op {
   size_t *counts2;  /* alltoallv recvcounts */
   size_t *displs2;  /* alltoallv rdispls */
   uint64_t seq;     /* position in the communicator's issue order, from 1 */
+  bool partial;     /* a phase of a parent communicator's op: AVG only sums (the
+                       parent divides), but the signature still says AVG */
 } kt__op;
 
 struct kt__tcp;
@@ -110,6 +112,11 @@ struct kt_comm_s {
   size_t scratch_cap;
 };
 
+/* Rank r as messages name it: a hierarchy child names the parent's rank. */
+static inline int kt__rank_label(const struct kt_comm_s *c, int r) {
+  return c->label && r >= 0 && r < c->size ? c->label[r] : r;
+}
+
 /* Execution context of the op that is running. */
 typedef struct kt__exec {
   struct kt_comm_s *comm;
@@ -133,6 +140,9 @@ KT_INTERNAL void kt__cq_push(struct kt_cq_s *cq, uint64_t tag);
 
 /* Execute one op now on the calling thread (collective dispatch). */
 KT_INTERNAL kt_result kt__execute(struct kt_comm_s *c, const kt__op *op);
+/* The same with a given deadline (CLOCK_MONOTONIC ns): a phase of a parent's op
+ * keeps the parent's deadline. */
+KT_INTERNAL kt_result kt__execute_until(struct kt_comm_s *c, const kt__op *op, int64_t deadline_ns);
 
 /* Describe peer r for messages: "rank 3 (host:pid)". */
 KT_INTERNAL const char *kt__peer_desc(struct kt_comm_s *c, int r, char *buf, size_t cap);

@@ -157,9 +157,13 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
                     errno == EEXIST ? " (two communicators with the same prefix in one job?)" : "");
       goto fail;
     }
-    if (ftruncate(fd, (off_t)bytes) != 0 || (base = map_fd(fd, bytes)) == MAP_FAILED) {
-      res = kt__err(KT_ERR_SYSTEM, "rank %d: cannot size/map %zu bytes of shared memory %s: %s (is /dev/shm large enough?)",
-                    c->rank, bytes, name, strerror(errno));
+    /* Reserve the pages now: a /dev/shm too small for the segment is an error
+     * here, not a SIGBUS in the middle of an operation. */
+    int fe = ftruncate(fd, (off_t)bytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)bytes);
+    if (fe != 0 || (base = map_fd(fd, bytes)) == MAP_FAILED) {
+      res = kt__err(KT_ERR_SYSTEM, "rank %d: cannot size/map %zu bytes of shared memory %s: %s (is /dev/shm large enough? "
+                    "KAITIAN_SHM_CHUNK_BYTES and KAITIAN_SHM_P2P_BYTES size the segment; KAITIAN_TRANSPORT=tcp needs none)",
+                    c->rank, bytes, name, strerror(fe ? fe : errno));
       goto fail;
     }
     shm_hdr *h = base;
@@ -331,7 +335,8 @@ static kt_result check_sigs(kt__exec *ex, int r) {
     describe_sig(mine, a, sizeof a);
     describe_sig(g, b, sizeof b);
     kt__peer_desc(ex->comm, i, who, sizeof who);
-    return kt__err(KT_ERR_MISMATCH, "mismatched operations: rank %d is in (%s) but %s is in (%s)", s->me, a,
+    return kt__err(KT_ERR_MISMATCH, "mismatched operations: rank %d is in (%s) but %s is in (%s)",
+                   kt__rank_label(ex->comm, s->me), a,
                    who, b);
   }
   return KT_SUCCESS;
@@ -343,18 +348,19 @@ static kt_result check_failures(kt__exec *ex, int r, uint64_t target, bool slow_
   kt__shm *s = c->shm;
   int32_t f = atomic_load_explicit(&s->hdr->failed, memory_order_acquire);
   if (f) {
-    int who = atomic_load(&s->hdr->failed_rank) - 1;
+    int who = kt__rank_label(c, atomic_load(&s->hdr->failed_rank) - 1);
     return kt__err((kt_result)f, "rank %d failed and aborted the communicator: %s", who, s->hdr->failed_msg);
   }
   if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
-    return kt__err(KT_ERR_ABORTED, "rank %d: communicator aborted (kt_comm_abort)", c->rank);
+    return kt__err(KT_ERR_ABORTED, "rank %d: communicator aborted (kt_comm_abort)", kt__rank_label(c, c->rank));
   if (!slow_checks) return KT_SUCCESS;
   for (int i = r >= 0 ? r : 0; i < (r >= 0 ? r + 1 : s->n); i++) {
     if (i == s->me || atomic_load(&slot(s, i)->step) >= target) continue;
     if (!peer_alive(c, i)) {
       char who[128];
       kt__peer_desc(c, i, who, sizeof who);
-      return kt__err(KT_ERR_PEER_FAILED, "%s died (noticed by rank %d during op #%llu %s)", who, c->rank,
+      return kt__err(KT_ERR_PEER_FAILED, "%s died (noticed by rank %d during op #%llu %s)", who,
+                     kt__rank_label(c, c->rank),
                      (unsigned long long)ex->op->seq, kt__coll_name(ex->op->coll));
     }
   }
@@ -364,10 +370,10 @@ static kt_result check_failures(kt__exec *ex, int r, uint64_t target, bool slow_
     size_t off = 0;
     for (int i = 0; i < s->n && off < sizeof late - 32; i++)
       if (i != s->me && (r < 0 || r == i) && atomic_load(&slot(s, i)->step) < target)
-        off += (size_t)snprintf(late + off, sizeof late - off, "%s rank %d", off ? "," : "", i);
+        off += (size_t)snprintf(late + off, sizeof late - off, "%s rank %d", off ? "," : "", kt__rank_label(c, i));
     return kt__err(KT_ERR_TIMEOUT,
                    "rank %d: op #%llu %s timed out after %lld ms (KAITIAN_TIMEOUT) waiting for%s",
-                   c->rank, (unsigned long long)ex->op->seq, kt__coll_name(ex->op->coll),
+                   kt__rank_label(c, c->rank), (unsigned long long)ex->op->seq, kt__coll_name(ex->op->coll),
                    (long long)c->timeout_ms, late);
   }
   return KT_SUCCESS;
@@ -522,10 +528,11 @@ kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int 
     snd.ch = chan_of(s, s->me, dst);
     snd.ring = (char *)snd.ch + CHAN_HDR_BYTES;
     snd.pos = atomic_load_explicit(&snd.ch->head, memory_order_relaxed);
-    uint32_t h32[2] = {P2P_MAGIC, tag};
+    uint32_t h32[2] = {P2P_MAGIC, tag}, dtype = (uint32_t)ex->op->dtype;
     uint64_t len = slen;
     memcpy(snd.hdr, h32, sizeof h32);
     memcpy(snd.hdr + 8, &len, sizeof len);
+    memcpy(snd.hdr + 16, &dtype, sizeof dtype);
     snd.buf = (char *)sbuf;
     snd.len = slen;
   }
@@ -543,16 +550,20 @@ kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int 
       bool had_hdr = rcv.hdone == P2P_HDR_BYTES;
       moved += stream_move(s, &rcv, false);
       if (!had_hdr && rcv.hdone == P2P_HDR_BYTES) { /* the message's header: is it the one expected? */
-        uint32_t h32[2];
+        uint32_t h32[2], dtype;
         uint64_t len;
         memcpy(h32, rcv.hdr, sizeof h32);
         memcpy(&len, rcv.hdr + 8, sizeof len);
-        if (h32[0] != P2P_MAGIC || h32[1] != tag || len != rlen) {
+        memcpy(&dtype, rcv.hdr + 16, sizeof dtype);
+        kt_dtype want = ex->op->dtype;
+        if (h32[0] != P2P_MAGIC || h32[1] != tag || len != rlen || dtype != (uint32_t)want) {
           char who[128];
           kt__peer_desc(ex->comm, src, who, sizeof who);
+          const char *sent = dtype < KT_NUM_DTYPES ? kt_dtype_name((kt_dtype)dtype) : "an unknown type";
           return kt__err(KT_ERR_MISMATCH,
-                         "expected a message of %zu bytes with tag %u from %s, which sent %llu bytes with tag %u%s",
-                         rlen, tag, who, (unsigned long long)len, h32[1],
+                         "expected a message of %zu bytes (%s) with tag %u from %s, which sent %llu bytes (%s) "
+                         "with tag %u%s",
+                         rlen, kt_dtype_name(want), tag, who, (unsigned long long)len, sent, h32[1],
                          h32[0] != P2P_MAGIC ? " (corrupt header)" : "");
         }
       }

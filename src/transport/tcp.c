@@ -299,7 +299,8 @@ static kt_result handle_ctrl(kt__exec *ex, int peer) {
         p->said_bye = true;
       } else if (f.type == CTRL_ABORT) {
         kt_result code = (f.code > 0 && f.code <= KT_ERR_INTERNAL) ? (kt_result)f.code : KT_ERR_ABORTED;
-        return kt__err(code, "rank %d failed and aborted the communicator: %s", peer, text);
+        return kt__err(code, "rank %d failed and aborted the communicator: %s", kt__rank_label(c, peer),
+                       text);
       }
     }
   }

@@ -33,7 +33,7 @@ endforeach()
 
 # 3. Mismatched operations fail on every rank, quickly, never hang (the
 #    timeout is far beyond the time allowed).
-foreach(kind bcast bcastroot1 count countlarge dtype op p2ptag p2pcount)
+foreach(kind bcast bcastroot1 count countlarge dtype op avg p2ptag p2pcount p2pdtype)
   kt_fault_test(mismatch.np2.${kind} 120 2 scenario.sh --np 2 --max-s 30
     --env KAITIAN_TIMEOUT=60000 -- mismatch kind=${kind})
 endforeach()
@@ -45,6 +45,8 @@ kt_fault_test(mismatch.np3.p2ptag 120 3 scenario.sh --np 3 --max-s 30
   --env KAITIAN_TIMEOUT=60000 -- mismatch kind=p2ptag)
 kt_fault_test(mismatch.np2.p2ptag.tcp 120 2 scenario.sh --np 2 --max-s 30
   --env KAITIAN_TIMEOUT=60000 --env KAITIAN_TRANSPORT=tcp -- mismatch kind=p2ptag)
+kt_fault_test(mismatch.np2.p2pdtype.tcp 120 2 scenario.sh --np 2 --max-s 30
+  --env KAITIAN_TIMEOUT=60000 --env KAITIAN_TRANSPORT=tcp -- mismatch kind=p2pdtype)
 
 # 4. kt_comm_abort from another thread releases the waiters (abort.npN.mode);
 #    the peers that were not taking part must notice at their next

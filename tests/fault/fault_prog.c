@@ -411,8 +411,8 @@ static int scenario_timeout(kt_comm comm) {
 }
 
 /* Test 3: ranks issue different operations; every rank must get an error.
- * p2ptag/p2pcount: rank 0 sends to rank 1, which expects another tag or
- * count; the others join a barrier. */
+ * p2ptag/p2pcount/p2pdtype: rank 0 sends to rank 1, which expects another
+ * tag, count or type (same bytes); the others join a barrier. */
 static int scenario_mismatch(kt_comm comm) {
   const char *kind = arg("kind", "bcast");
   size_t count = 100, count1 = 100;
@@ -434,9 +434,12 @@ static int scenario_mismatch(kt_comm comm) {
     dtype1 = KT_INT32;
   } else if (!strcmp(kind, "op")) {
     op1 = KT_MAX;
-  } else if (!strcmp(kind, "p2ptag") || !strcmp(kind, "p2pcount")) {
+  } else if (!strcmp(kind, "avg")) { /* sums alike: only the signature differs */
+    op1 = KT_AVG;
+  } else if (!strcmp(kind, "p2ptag") || !strcmp(kind, "p2pcount") || !strcmp(kind, "p2pdtype")) {
     p2p = true;
     count1 = !strcmp(kind, "p2pcount") ? 101 : 100;
+    if (!strcmp(kind, "p2pdtype")) dtype1 = KT_INT32;
   } else {
     fprintf(stderr, "fault_prog mismatch: unknown kind=%s\n", kind);
     return 2;
@@ -451,7 +454,7 @@ static int scenario_mismatch(kt_comm comm) {
     r = kt_send(in, count, KT_FLOAT32, 1, 0, comm);
   } else if (p2p && g_rank == 1) {
     what = "recv";
-    r = kt_recv(out, count1, KT_FLOAT32, 0, !strcmp(kind, "p2ptag") ? 5 : 0, comm);
+    r = kt_recv(out, count1, dtype1, 0, !strcmp(kind, "p2ptag") ? 5 : 0, comm);
   } else if (p2p) {
     what = "barrier";
     r = kt_barrier(comm);

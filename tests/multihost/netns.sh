@@ -18,7 +18,9 @@
 #   Every launcher must exit 0 in 1-3.
 # MODE kill (PROGRAM: fault_prog): a rank of node 2 is killed by SIGKILL in
 #   the middle of allreduces: every launcher must exit non-zero naming it, and
-#   every survivor must report KT_ERR_PEER_FAILED naming the dead rank.
+#   every survivor must report KT_ERR_PEER_FAILED naming the dead rank; then on
+#   2 nodes x 2 ranks rank 1 allreduces with AVG and the others with SUM: every
+#   rank must get an error naming another rank (fault_prog mismatch kind=avg).
 # After each job no process may remain in any node. Namespaces, bridge and
 # veths are always removed (trap EXIT); the test checks that none is left.
 # Needs root; exits 77 (skipped) only where `ip netns add` fails.
@@ -280,6 +282,11 @@ if [ "$MODE" = kill ]; then
   done
   check_no_procs kill
   echo "kill: every launcher exited non-zero ($RC_0 $RC_1 $RC_2), survivors named rank 5"
+
+  # fault_prog checks it: every rank gets an error naming another rank within 5 s.
+  step "mismatch: rank 1 allreduces with AVG, the others with SUM, 2 nodes x 2 ranks (hierarchical)"
+  run_ok mismatch 2 KAITIAN_TIMEOUT=60000 -- "$FAULT" mismatch kind=avg
+  grep -h "FAULT_ERROR" "$TMP"/mismatch.*.err | cut -c1-300
 fi
 
 echo "PASS multihost netns $MODE"
