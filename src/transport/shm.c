@@ -42,14 +42,17 @@ typedef struct shm_hdr {
   char failed_msg[1024];
 } shm_hdr;
 
+/* step and both signatures share the slot's first cache line: a peer's wait
+ * and its signature check cost one cache-line transfer. */
 typedef struct shm_slot {
   _Atomic uint64_t step;
-  _Atomic uint64_t aux[2];
   sig sigs[2]; /* by iteration parity: a peer is never 2 iterations ahead */
+  _Atomic uint64_t aux[2];
 } shm_slot;
 
 _Static_assert(sizeof(shm_hdr) <= SHM_HDR_BYTES, "header fits");
 _Static_assert(sizeof(shm_slot) <= SHM_SLOT_BYTES, "slot fits");
+_Static_assert(offsetof(shm_slot, sigs) + sizeof(sig[2]) <= 64, "step and signatures in one cache line");
 
 struct kt__shm {
   void *base;
