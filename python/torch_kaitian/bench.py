@@ -128,9 +128,10 @@ class _Model(torch.nn.Module):
         return self.net(x)
 
 
-def bench_ddp(group, steps):
+def bench_ddp(group, steps, bucket_view=False):
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(_Model(), process_group=group)
+    model = torch.nn.parallel.DistributedDataParallel(_Model(), process_group=group,
+                                                      gradient_as_bucket_view=bucket_view)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(32, 256)
     y = torch.randint(0, 10, (32,))
@@ -191,7 +192,7 @@ def _run(args):
     if not args.skip_ddp:
         results = {}
         for name, group in (("kaitian", None), ("gloo", gloo)):
-            results[name] = bench_ddp(group, args.steps)
+            results[name] = bench_ddp(group, args.steps, args.bucket_view)
         if rank == 0:
             print(f"\nDDP step of a fixed MLP (4.5 M parameters, 17 MiB of gradients, batch 32), "
                   f"median of {args.steps} steps, milliseconds; comm: median of (step - the same step "
@@ -223,6 +224,8 @@ def main(argv=None):
     ap.add_argument("--max-bytes", type=int, default=64 << 20, help="largest all_reduce size")
     ap.add_argument("--skip-allreduce", action="store_true")
     ap.add_argument("--skip-ddp", action="store_true")
+    ap.add_argument("--bucket-view", action="store_true",
+                    help="DDP with gradient_as_bucket_view=True (no copy of the reduced bucket back to the grads)")
     args = ap.parse_args(argv)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         _run(args)
