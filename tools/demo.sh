@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# make demo: a 4-rank job of `kaitian bench -c 1` over TCP on this host, with
-# an explanation of the table it prints.
+# make demo-bench: a 4-rank job of `kaitian bench -c 1` on this host (shared
+# memory between the ranks), with an explanation of the table it prints.
 set -euo pipefail
 KT=${1:-build/kaitian}
 cat <<'TXT'
