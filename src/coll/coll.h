@@ -25,7 +25,11 @@ KT_INTERNAL kt_result kt__scatter_linear(kt__exec *ex);
 KT_INTERNAL kt_result kt__alltoallv_pairwise(kt__exec *ex); /* alltoall too */
 KT_INTERNAL kt_result kt__barrier_dissemination(kt__exec *ex);
 KT_INTERNAL kt_result kt__p2p(kt__exec *ex);                /* send, recv, sendrecv */
-KT_INTERNAL kt_result kt__p2p_self(kt__exec *ex);           /* sendrecv with itself: a copy */
+/* Point to point on any transport: move sends slen bytes to dst and/or
+ * receives rlen bytes from src (-1: that direction unused). */
+typedef kt_result (*kt__p2p_move_fn)(kt__exec *ex, int dst, const void *sbuf, size_t slen, int src,
+                                     void *rbuf, size_t rlen, uint32_t tag);
+KT_INTERNAL kt_result kt__p2p_run(kt__exec *ex, kt__p2p_move_fn move);
 /* Shared memory (every rank on this host). */
 KT_INTERNAL kt_result kt__allreduce_shm_oneshot(kt__exec *ex);
 KT_INTERNAL kt_result kt__allreduce_shm_rsag(kt__exec *ex);
