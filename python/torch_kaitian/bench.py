@@ -4,9 +4,10 @@ In one run, on the same ranks:
   1. dist.all_reduce of float32 from 8 B to 64 MiB, kaitian and gloo (time per
      call and the ratio), plus kt_allreduce called directly on the same
      communicator (the C API's own time), so the binding's overhead shows;
-  2. the DDP training step of a fixed model (median), split into compute (the same
-     step without gradient synchronisation, DDP's no_sync) and communication
-     (the rest), for both backends.
+  2. the DDP training step of a fixed model (median of the slowest rank's step),
+     split into compute (the same step without gradient synchronisation, DDP's
+     no_sync) and communication (the rest), for both backends, with DDP's
+     default gradient buckets and with gradient_as_bucket_view=True.
 
 Started plainly it forks its own ranks (-n, default 2); under `kaitian run` or
 torchrun (RANK set) it uses the ranks it was started as.
@@ -128,16 +129,35 @@ class _Model(torch.nn.Module):
         return self.net(x)
 
 
-def bench_ddp(group, steps, bucket_view=False):
-    torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(_Model(), process_group=group,
-                                                      gradient_as_bucket_view=bucket_view)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(32, 256)
-    y = torch.randint(0, 10, (32,))
-    loss_fn = torch.nn.CrossEntropyLoss()
+def _no_communication(state, bucket):
+    """A DDP comm hook that leaves the bucket as it is: DDP's own cost per step."""
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
 
-    def step(sync):
+
+def bench_ddp(groups, steps, views, batch=8):
+    """DDP steps of the fixed model, one DDP instance per (backend, bucket view)
+    config; backend "none" is DDP with a comm hook that does not communicate
+    (DDP's own work per step: the floor of any backend's "communication"). The configs take turns step by step (each round: every config's
+    unsynchronised step then its synchronised one), so that other load on a
+    shared machine falls on all of them alike. Returns {config: (step, compute,
+    comm)} in seconds."""
+    x = torch.randn(batch, 256)
+    y = torch.randint(0, 10, (batch,))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    runs = {}
+    for view in views:
+        for name, group in groups:
+            torch.manual_seed(0)
+            model = torch.nn.parallel.DistributedDataParallel(_Model(), process_group=group,
+                                                              gradient_as_bucket_view=view)
+            if name == "none":
+                model.register_comm_hook(None, _no_communication)
+            runs[name, view] = (model, torch.optim.SGD(model.parameters(), lr=0.01), group)
+
+    def step(cfg, sync):
+        model, opt, _ = runs[cfg]
         opt.zero_grad(set_to_none=True)
         if sync:
             loss_fn(model(x), y).backward()
@@ -146,22 +166,38 @@ def bench_ddp(group, steps, bucket_view=False):
                 loss_fn(model(x), y).backward()
         opt.step()
 
-    for _ in range(3):
-        step(True)
-        step(False)
-    times = {True: [], False: []}
+    for cfg in runs:
+        for _ in range(3):
+            step(cfg, True)
+            step(cfg, False)
+    times = {(cfg, sync): [] for cfg in runs for sync in (False, True)}
     for _ in range(steps):
-        for sync in (False, True):
-            dist.barrier(group=group)
-            t0 = time.perf_counter()
-            step(sync)
-            times[sync].append(time.perf_counter() - t0)
-    # Paired: each synchronised step next to an unsynchronised one, medians
-    # (a shared machine's hiccups hit single steps, not the median).
-    total = _agree(statistics.median(times[True]))
-    compute = _agree(statistics.median(times[False]))
-    comm = _agree(statistics.median(s - c for s, c in zip(times[True], times[False])))
-    return total, compute, max(0.0, comm)
+        for cfg in runs:
+            for sync in (False, True):
+                dist.barrier(group=runs[cfg][2])
+                t0 = time.perf_counter()
+                step(cfg, sync)
+                times[cfg, sync].append(time.perf_counter() - t0)
+    # The job's step is its slowest rank's: per step, the slowest rank's time.
+    # Paired: each synchronised step next to an unsynchronised one, medians (a
+    # shared machine's hiccups hit single steps, not the median). Taking the
+    # slowest rank per step, not each rank's own difference, keeps the ranks'
+    # compute skew (present without any communication) out of "communication".
+    job = {key: _slowest(ts) for key, ts in times.items()}
+    out = {}
+    for cfg in runs:
+        synced, alone = job[cfg, True], job[cfg, False]
+        comm = statistics.median(s - c for s, c in zip(synced, alone))
+        out[cfg] = (statistics.median(synced), statistics.median(alone), max(0.0, comm))
+    return out
+
+
+def _slowest(values, group=None):
+    """Per index, the largest of the ranks' values."""
+    t = torch.tensor(values, dtype=torch.float64)
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, t, group=group)
+    return torch.stack(parts).max(dim=0).values.tolist()
 
 
 def _worker(rank, size, port, args):
@@ -190,21 +226,25 @@ def _run(args):
         bench_allreduce(gloo, args.scale, args.reps, args.max_bytes)
         bench_overhead(singles[rank], args.scale)
     if not args.skip_ddp:
-        results = {}
-        for name, group in (("kaitian", None), ("gloo", gloo)):
-            results[name] = bench_ddp(group, args.steps, args.bucket_view)
+        views = {"off": [False], "on": [True], "both": [False, True]}[args.bucket_view]
+        results = bench_ddp((("kaitian", None), ("gloo", gloo), ("none", None)), args.steps, views,
+                            args.batch)
         if rank == 0:
             n = sum(p.numel() for p in _Model().parameters())
             print(f"\nDDP step of a fixed MLP ({n / 1e6:.2f} M parameters, {n * 4 / 2**20:.1f} MiB of "
-                  f"gradients, batch 32), "
-                  f"median of {args.steps} steps, milliseconds; comm: median of (step - the same step "
-                  "under no_sync)")
-            print(f"  {'backend':>8s} {'step':>8s} {'compute':>8s} {'comm':>8s}")
-            for name, (total, compute, comm) in results.items():
-                print(f"  {name:>8s} {total * 1e3:8.2f} {compute * 1e3:8.2f} {comm * 1e3:8.2f}")
-            kc, gc = results["kaitian"][2], results["gloo"][2]
-            ratio = f"{gc / kc:.1f}x" if kc > 0 else "n/a (kaitian's exposed communication rounds to 0)"
-            print(f"  communication per step: gloo / kaitian = {ratio}")
+                  f"gradients, batch {args.batch}), milliseconds, the slowest rank per step, median of "
+                  f"{args.steps} steps, configurations taking turns; comm: median of (step - the "
+                  f"same step under no_sync)")
+            print(f"  {'backend':>8s} {'bucket view':>12s} {'step':>8s} {'compute':>8s} {'comm':>8s}")
+            for (name, view), (total, compute, comm) in results.items():
+                print(f"  {name:>8s} {'yes' if view else 'no':>12s} {total * 1e3:8.2f} {compute * 1e3:8.2f} "
+                      f"{comm * 1e3:8.2f}")
+            print("  (none: DDP with a comm hook that does not communicate; its comm is DDP's own work "
+                  "per step, part of every backend's)")
+            for view in views:
+                kc, gc = results["kaitian", view][2], results["gloo", view][2]
+                ratio = f"{gc / kc:.1f}x" if kc > 0 else "n/a (kaitian's exposed communication rounds to 0)"
+                print(f"  communication per step, gradient_as_bucket_view={view}: gloo / kaitian = {ratio}")
     dist.barrier()
     dist.destroy_process_group()
 
@@ -219,15 +259,17 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m torch_kaitian.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", "--nproc", type=int, default=2, help="ranks to fork (default 2)")
-    ap.add_argument("--steps", type=int, default=30, help="DDP steps measured (default 30)")
+    ap.add_argument("--steps", type=int, default=40, help="DDP steps measured (default 40)")
+    ap.add_argument("--batch", type=int, default=8, help="DDP step: samples per rank (default 8)")
     ap.add_argument("--reps", type=int, default=5, help="timing rounds per size")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply iteration counts")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per rank")
     ap.add_argument("--max-bytes", type=int, default=64 << 20, help="largest all_reduce size")
     ap.add_argument("--skip-allreduce", action="store_true")
     ap.add_argument("--skip-ddp", action="store_true")
-    ap.add_argument("--bucket-view", action="store_true",
-                    help="DDP with gradient_as_bucket_view=True (no copy of the reduced bucket back to the grads)")
+    ap.add_argument("--bucket-view", choices=("off", "on", "both"), default="both",
+                    help="DDP's gradient_as_bucket_view (on: no copy of the reduced buckets back to "
+                         "the gradients); both (default) measures the two")
     args = ap.parse_args(argv)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         _run(args)

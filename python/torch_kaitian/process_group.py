@@ -341,19 +341,22 @@ class ProcessGroupKaitian(_Base):
             if finish is not None:
                 finish()
             return _DoneWork(result, source)
+        # Everything but the completion queue's entry is made before the op
+        # starts: once it runs, the progress thread wants this CPU, and a caller
+        # preempted in Python would hold the GIL the completion thread needs.
+        fut, user = C.new_op_futures(result)
+        op = C.Pending(None, fut, finish, result, keep, what)
+        op.source = source
+        op.counter = self._outstanding
+        work = Work(user, op) if mode == PYTHON else _work_from_future(user)
         req = ctypes.c_void_p()
         rc = _NONBLOCKING[name](*args, comm, ctypes.byref(req))
         if rc != _lib.SUCCESS:
             raise C.make_error(rc, _lib.last_error(), what())
-        fut, user = C.new_op_futures(result)
-        op = C.Pending(req, fut, finish, result, keep, what)
-        op.source = source
-        op.counter = self._outstanding
+        op.req = req
         self._outstanding.add(1)
         self._completer.add(op)
-        if mode == PYTHON:
-            return Work(user, op)
-        return _work_from_future(user)
+        return work
 
     def _desc(self, what):
         return lambda: f"rank {self._rank} of {self._size}: {what}"
