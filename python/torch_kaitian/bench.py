@@ -139,10 +139,11 @@ def _no_communication(state, bucket):
 def bench_ddp(groups, steps, views, batch=8):
     """DDP steps of the fixed model, one DDP instance per (backend, bucket view)
     config; backend "none" is DDP with a comm hook that does not communicate
-    (DDP's own work per step: the floor of any backend's "communication"). The configs take turns step by step (each round: every config's
-    unsynchronised step then its synchronised one), so that other load on a
-    shared machine falls on all of them alike. Returns {config: (step, compute,
-    comm)} in seconds."""
+    (DDP's own work per step: the floor of any backend's "communication").
+    The configs take turns, a few steps each (after an untimed step, so that
+    each finds its buffers in cache again), so that other load on a shared
+    machine falls on all of them alike. Returns {config: (step, compute, comm)}
+    in seconds."""
     x = torch.randn(batch, 256)
     y = torch.randint(0, 10, (batch,))
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -171,13 +172,17 @@ def bench_ddp(groups, steps, views, batch=8):
             step(cfg, True)
             step(cfg, False)
     times = {(cfg, sync): [] for cfg in runs for sync in (False, True)}
-    for _ in range(steps):
+    block = 5  # timed step pairs per turn, after one untimed pair (caches warm again)
+    for first in range(0, steps, block):
         for cfg in runs:
-            for sync in (False, True):
-                dist.barrier(group=runs[cfg][2])
-                t0 = time.perf_counter()
-                step(cfg, sync)
-                times[cfg, sync].append(time.perf_counter() - t0)
+            step(cfg, False)
+            step(cfg, True)
+            for _ in range(min(block, steps - first)):
+                for sync in (False, True):
+                    dist.barrier(group=runs[cfg][2])
+                    t0 = time.perf_counter()
+                    step(cfg, sync)
+                    times[cfg, sync].append(time.perf_counter() - t0)
     # The job's step is its slowest rank's: per step, the slowest rank's time.
     # Paired: each synchronised step next to an unsynchronised one, medians (a
     # shared machine's hiccups hit single steps, not the median). Taking the
@@ -233,7 +238,7 @@ def _run(args):
             n = sum(p.numel() for p in _Model().parameters())
             print(f"\nDDP step of a fixed MLP ({n / 1e6:.2f} M parameters, {n * 4 / 2**20:.1f} MiB of "
                   f"gradients, batch {args.batch}), milliseconds, the slowest rank per step, median of "
-                  f"{args.steps} steps, configurations taking turns; comm: median of (step - the "
+                  f"{args.steps} steps, configurations taking turns every 5; comm: median of (step - the "
                   f"same step under no_sync)")
             print(f"  {'backend':>8s} {'bucket view':>12s} {'step':>8s} {'compute':>8s} {'comm':>8s}")
             for (name, view), (total, compute, comm) in results.items():
