@@ -136,7 +136,7 @@ def _no_communication(state, bucket):
     return fut
 
 
-def bench_ddp(groups, steps, views, batch=8):
+def bench_ddp(groups, steps, views, batch):
     """DDP steps of the fixed model, one DDP instance per (backend, bucket view)
     config; backend "none" is DDP with a comm hook that does not communicate
     (DDP's own work per step: the floor of any backend's "communication").
