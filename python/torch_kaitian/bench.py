@@ -9,8 +9,9 @@ In one run, on the same ranks:
      no_sync) and communication (the rest), for both backends, with DDP's
      default gradient buckets and with gradient_as_bucket_view=True.
 
-Started plainly it forks its own ranks (-n, default 2); under `kaitian run` or
-torchrun (RANK set) it uses the ranks it was started as.
+Started plainly it forks its own ranks (-n, default 2), each bound to its own
+block of CPUs as `kaitian run` binds them (docs/launcher.md); under `kaitian
+run` or torchrun (RANK set) it uses the ranks it was started as.
 """
 import argparse
 import os
@@ -205,15 +206,31 @@ def _slowest(values, group=None):
     return torch.stack(parts).max(dim=0).values.tolist()
 
 
-def _worker(rank, size, port, args):
+def _cpu_blocks(n):
+    """This process's CPUs split into n contiguous blocks, as `kaitian run --bind
+    auto` splits them (None when there are fewer CPUs than ranks)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if n > len(cpus):
+        return None
+    return [cpus[i * len(cpus) // n:(i + 1) * len(cpus) // n] for i in range(n)]
+
+
+def _worker(rank, size, port, args, cpus):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(size))
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     _run(args)
 
 
 def _run(args):
     import torch_kaitian  # noqa: F401 - registers "kaitian"
-    torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // int(os.environ["WORLD_SIZE"])))
+    # The CPUs this rank may run on: its block when bound (kaitian run, or the
+    # fork mode below), else the host's share.
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
+    mine = len(os.sched_getaffinity(0))
+    bound = mine < (os.cpu_count() or mine)
+    torch.set_num_threads(args.threads or max(1, mine if bound else mine // local))
     dist.init_process_group("kaitian")
     gloo = dist.new_group(backend="gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
@@ -282,7 +299,9 @@ def main(argv=None):
     import torch.multiprocessing as mp
     port = _free_port()
     ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_worker, args=(r, args.nproc, port, args)) for r in range(args.nproc)]
+    blocks = _cpu_blocks(args.nproc)  # bound as `kaitian run` binds (docs/launcher.md)
+    procs = [ctx.Process(target=_worker, args=(r, args.nproc, port, args, blocks and blocks[r]))
+             for r in range(args.nproc)]
     for p in procs:
         p.start()
     status = 0

@@ -36,6 +36,7 @@ typedef struct run_opts {
   int master_port;
   int64_t grace_ms;
   bool prefix;
+  bool bind;            /* --bind auto (default): one block of CPUs per local rank */
   char **prog;          /* program and its arguments, NULL-terminated */
 } run_opts;
 
@@ -84,6 +85,9 @@ static void usage(FILE *f) {
           "  --grace SEC              how long ranks get to exit after a failure or a\n"
           "                           forwarded signal before they are killed (default 5)\n"
           "  --no-prefix              do not prefix output lines with \"[RANK] \"\n"
+          "  --bind auto|none         auto (default): bind each local rank to its own block\n"
+          "                           of the CPUs the launcher may use, when there are at\n"
+          "                           least N; none: leave placement to the kernel\n"
           "  -h, --help               this help\n"
           "\n"
           "exit status: 0 when every rank exits 0; else the first failing rank's exit\n"
@@ -106,6 +110,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
   o->nnodes = 1;
   o->grace_ms = 5000;
   o->prefix = true;
+  o->bind = true;
   int i = 1;
   for (; i < argc; i++) {
     const char *a = argv[i];
@@ -124,7 +129,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
     }
     /* Options with a value: "-n 4", "-n4", "--nnodes 2", "--nnodes=2". */
     static const char *const names[] = {"-n", "--nproc-per-node", "--nnodes", "--node-rank",
-                                        "--master", "--grace"};
+                                        "--master", "--grace", "--bind"};
     const char *name = NULL, *val = NULL;
     for (size_t k = 0; k < sizeof names / sizeof names[0] && !name; k++) {
       size_t len = strlen(names[k]);
@@ -154,6 +159,9 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
       ok = parse_int(val, 0, 65535, &o->node_rank);
     } else if (!strcmp(name, "--master")) {
       o->master = val;
+    } else if (!strcmp(name, "--bind")) {
+      ok = !strcmp(val, "auto") || !strcmp(val, "none");
+      o->bind = !strcmp(val, "auto");
     } else { /* --grace */
       char *end;
       double sec = strtod(val, &end);
@@ -716,9 +724,6 @@ static int setup_job(run_state *s, job_env *je, kt_store_server *srv) {
       return s->node.interrupted_by ? 128 + s->node.interrupted_by : 1;
     }
   }
-  const char *omp = getenv("OMP_NUM_THREADS");
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  je->omp_threads = omp ? 0 : (int)KT_MAX(1L, (cpus > 0 ? cpus : 1) / o->nproc);
   je->set_unbuffered = getenv("PYTHONUNBUFFERED") == NULL;
   return 0;
 }
@@ -821,6 +826,8 @@ int kt_tool_run(int argc, char **argv) {
     status = 1;
   }
   if (status != 0) goto out;
+  int cpus = kt__run_plan_cpus(s->ranks, s->o.nproc, s->o.bind);
+  je.omp_threads = getenv("OMP_NUM_THREADS") ? 0 : KT_MAX(1, cpus / s->o.nproc);
   for (int i = 0; i < s->o.nproc; i++) {
     kt__run_stream_init(&s->ranks[i].out, -1, 1, i, false);
     kt__run_stream_init(&s->ranks[i].err, -1, 2, i, false);
@@ -847,6 +854,7 @@ int kt_tool_run(int argc, char **argv) {
   }
 
 out:
+  if (s->ranks) kt__run_free_cpus(s->ranks, s->o.nproc);
   kt__run_node_leave(&s->node);
   if (srv) kt_store_server_stop(srv);
   free(s->ranks);

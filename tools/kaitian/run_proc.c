@@ -3,6 +3,7 @@
 #include "tool.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -97,9 +98,69 @@ char *kt__run_find_program(const char *prog) {
   return NULL;
 }
 
+/* ---- CPU binding ---------------------------------------------------------- */
+
+/* This process's affinity mask, grown until the kernel's mask fits. */
+static cpu_set_t *allowed_cpus(size_t *bytes_out, int *max_out) {
+  for (int max = 1024; max <= (1 << 22); max *= 2) {
+    cpu_set_t *set = CPU_ALLOC((size_t)max);
+    if (!set) return NULL;
+    size_t bytes = CPU_ALLOC_SIZE((size_t)max);
+    if (sched_getaffinity(0, bytes, set) == 0) {
+      *bytes_out = bytes;
+      *max_out = max;
+      return set;
+    }
+    CPU_FREE(set);
+    if (errno != EINVAL) return NULL;
+  }
+  return NULL;
+}
+
+int kt__run_plan_cpus(kt_run_rank *ranks, int n, bool bind) {
+  size_t bytes;
+  int max;
+  cpu_set_t *all = allowed_cpus(&bytes, &max);
+  if (!all) {
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c > 0 ? (int)c : 1;
+  }
+  int count = CPU_COUNT_S(bytes, all);
+  if (count < 1) count = 1;
+  if (bind && n <= count) {
+    int *ids = malloc((size_t)count * sizeof *ids);
+    bool ok = ids != NULL;
+    int k = 0;
+    for (int cpu = 0; ok && cpu < max && k < count; cpu++)
+      if (CPU_ISSET_S((size_t)cpu, bytes, all)) ids[k++] = cpu;
+    for (int i = 0; ok && i < n; i++) {
+      cpu_set_t *set = CPU_ALLOC((size_t)max);
+      if (!(ok = set != NULL)) break;
+      CPU_ZERO_S(bytes, set);
+      int lo = (int)((long)i * k / n), hi = (int)((long)(i + 1) * k / n);
+      for (int j = lo; j < hi; j++) CPU_SET_S((size_t)ids[j], bytes, set);
+      ranks[i].cpus = set;
+      ranks[i].cpus_bytes = bytes;
+    }
+    free(ids);
+    if (!ok) kt__run_free_cpus(ranks, n); /* all or nothing */
+  }
+  CPU_FREE(all);
+  return count;
+}
+
+void kt__run_free_cpus(kt_run_rank *ranks, int n) {
+  for (int i = 0; i < n; i++) {
+    if (ranks[i].cpus) CPU_FREE(ranks[i].cpus);
+    ranks[i].cpus = NULL;
+  }
+}
+
+/* ---- starting a rank -------------------------------------------------------- */
+
 /* In the child, between fork and execve: async-signal-safe calls only. */
-static void child_exec(const kt_run_exec *ex, char **envp, int out_w, int err_w, int status_w,
-                       pid_t launcher) {
+static void child_exec(const kt_run_rank *r, const kt_run_exec *ex, char **envp, int out_w,
+                       int err_w, int status_w, pid_t launcher) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   /* The launcher may have died before prctl took effect. */
@@ -108,6 +169,9 @@ static void child_exec(const kt_run_exec *ex, char **envp, int out_w, int err_w,
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
   signal(SIGPIPE, SIG_DFL); /* ignored dispositions would survive execve */
+  /* Best effort: a subset of the launcher's own CPUs cannot be refused
+   * unless a cpuset changed meanwhile; the rank then runs unbound. */
+  if (r->cpus) sched_setaffinity(0, r->cpus_bytes, r->cpus);
   int devnull = open("/dev/null", O_RDONLY);
   if (devnull >= 0 && devnull != 0) {
     dup2(devnull, 0);
@@ -143,7 +207,7 @@ kt_result kt__run_spawn(kt_run_rank *r, const kt_run_exec *ex, char **envp, bool
     res = kt__err(KT_ERR_SYSTEM, "rank %d: fork failed: %s", r->rank, strerror(errno));
     goto fail;
   }
-  if (pid == 0) child_exec(ex, envp, out_p[1], err_p[1], st_p[1], launcher);
+  if (pid == 0) child_exec(r, ex, envp, out_p[1], err_p[1], st_p[1], launcher);
   /* Also from the parent, so that the group exists before we ever signal it. */
   setpgid(pid, pid);
   r->pid = pid;

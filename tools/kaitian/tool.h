@@ -6,6 +6,7 @@
 #include "common.h"
 
 #include <stdbool.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -45,6 +46,8 @@ typedef struct kt_run_rank {
   bool failed;        /* exited non-zero or by a signal on its own */
   int wstatus;        /* waitpid status once reaped */
   kt_run_stream out, err;
+  cpu_set_t *cpus;    /* CPUs it is bound to (CPU_ALLOC'ed), NULL: not bound */
+  size_t cpus_bytes;  /* CPU_ALLOC_SIZE of cpus */
 } kt_run_rank;
 
 /* What to start: the program resolved before any fork, so that the child
@@ -76,6 +79,15 @@ KT_INTERNAL void kt__run_say(int fd, const char *fmt, ...) KT_PRINTF(2, 3);
 KT_INTERNAL bool kt__run_write_all(int fd, const char *buf, size_t len);
 
 /* run_proc.c: processes. */
+/* CPU binding: split the CPUs this process may run on (sched_getaffinity,
+ * so taskset and cpusets are honoured) into n contiguous blocks, as equal as
+ * possible, and give local rank i block i (ranks[i].cpus). Binds nothing when
+ * bind is false or n exceeds the CPUs. Returns the number of CPUs this process
+ * may run on (at least 1); ranks[i].cpus stays NULL when not bound. Out of
+ * memory: binds nothing. */
+KT_INTERNAL int kt__run_plan_cpus(kt_run_rank *ranks, int n, bool bind);
+/* Free what kt__run_plan_cpus allocated. */
+KT_INTERNAL void kt__run_free_cpus(kt_run_rank *ranks, int n);
 /* Start one rank: pipes for stdout/stderr (stdin is /dev/null), its own
  * process group, PDEATHSIG=SIGKILL, envp as its whole environment. On success
  * r->pid, r->running and r's streams are set. When execve fails in the child,
