@@ -20,6 +20,7 @@
 #define SHM_HDR_BYTES 4096
 #define SHM_SLOT_BYTES 256
 #define SHM_LIVENESS_NS 100000000 /* check pids and sockets every 100 ms asleep */
+#define KT__SHM_CYCLE_MAX 64         /* longest cycle of waiting sends looked for */
 
 typedef struct sig {
   uint64_t seq;
@@ -48,6 +49,10 @@ typedef struct shm_slot {
   _Atomic uint64_t step;
   sig sigs[2]; /* by iteration parity: a peer is never 2 iterations ahead */
   _Atomic uint64_t aux[2];
+  /* While this rank waits in a send-only kt__shm_p2p on a full ring:
+   * (episode << 32) | (destination + 1); the low half is 0 otherwise. The
+   * episode number changes every time it starts waiting. */
+  _Atomic uint64_t blocked;
 } shm_slot;
 
 _Static_assert(sizeof(shm_hdr) <= SHM_HDR_BYTES, "header fits");
@@ -71,6 +76,7 @@ struct kt__shm {
   int64_t spin_ns;
   char *chans;           /* point-to-point rings, one per ordered pair */
   size_t p2p;            /* bytes of each ring */
+  uint32_t episode;      /* my send-only waits so far (slot's blocked) */
 };
 
 /* Head of the ring from one rank to another; the ring's bytes follow. Each
@@ -386,8 +392,12 @@ static kt_result check_failures(kt__exec *ex, int r, uint64_t target, bool slow_
  * ready(s, arg). Meanwhile watch for failures: of rank r (-1: every rank)
  * while its step is below target (UINT64_MAX: always), aborts, the deadline. */
 typedef bool (*ready_fn)(const kt__shm *s, const void *arg);
+/* Called when a wait goes to sleep and every SHM_LIVENESS_NS asleep: an error
+ * when the wait can never end. */
+typedef kt_result (*stuck_fn)(kt__exec *ex, const void *arg);
 
-static kt_result wait_ready(kt__exec *ex, int r, uint64_t target, ready_fn ready, const void *arg) {
+static kt_result wait_ready_or_stuck(kt__exec *ex, int r, uint64_t target, ready_fn ready,
+                                     const void *arg, stuck_fn stuck) {
   kt__shm *s = ex->comm->shm;
   int64_t spin_until = kt__now_ns() + s->spin_ns;
   unsigned k = 0;
@@ -406,6 +416,7 @@ static kt_result wait_ready(kt__exec *ex, int r, uint64_t target, ready_fn ready
   while (!ready(s, arg)) {
     bool slow = kt__now_ns() >= next_slow;
     KT_CHECK(check_failures(ex, r, target, slow));
+    if (slow && stuck) KT_CHECK(stuck(ex, arg));
     if (slow) next_slow = kt__now_ns() + SHM_LIVENESS_NS;
     atomic_fetch_add_explicit(&s->hdr->nwaiters, 1, memory_order_seq_cst);
     uint32_t g = atomic_load_explicit(&s->hdr->gen, memory_order_seq_cst);
@@ -416,6 +427,10 @@ static kt_result wait_ready(kt__exec *ex, int r, uint64_t target, ready_fn ready
     atomic_fetch_sub_explicit(&s->hdr->nwaiters, 1, memory_order_seq_cst);
   }
   return KT_SUCCESS;
+}
+
+static kt_result wait_ready(kt__exec *ex, int r, uint64_t target, ready_fn ready, const void *arg) {
+  return wait_ready_or_stuck(ex, r, target, ready, arg, NULL);
 }
 
 typedef struct step_goal {
@@ -513,6 +528,7 @@ static size_t stream_move(kt__shm *s, stream *st, bool send) {
 
 typedef struct p2p_state {
   const stream *snd, *rcv;
+  int dst;
 } p2p_state;
 
 /* Either direction can move. */
@@ -521,6 +537,57 @@ static bool p2p_ready(const kt__shm *s, const void *arg) {
   if (stream_busy(p->snd) && p->snd->pos - atomic_load_explicit(&p->snd->ch->tail, memory_order_acquire) < s->p2p)
     return true;
   return stream_busy(p->rcv) && atomic_load_explicit(&p->rcv->ch->head, memory_order_acquire) != p->rcv->pos;
+}
+
+static bool ring_full(const kt__shm *s, int from, int to) {
+  const chan *ch = chan_of(s, from, to);
+  return atomic_load_explicit(&ch->head, memory_order_acquire) -
+             atomic_load_explicit(&ch->tail, memory_order_acquire) >= s->p2p;
+}
+
+/* I wait in a send-only call on a full ring (my slot says so). If the rank I
+ * send to waits likewise on its full ring to another, and so on back to me,
+ * nobody in that cycle receives before its send completes: they would wait
+ * until the timeout. Two reads of every slot and ring on the path, the second
+ * after all of the first, with the same waiting episode and a full ring each
+ * time: all of them waited at once in between, so the cycle is real. */
+static kt_result p2p_stuck(kt__exec *ex, const void *arg) {
+  const p2p_state *p = arg;
+  struct kt_comm_s *c = ex->comm;
+  kt__shm *s = c->shm;
+  if (!stream_busy(p->snd) || stream_busy(p->rcv) || p->dst == s->me) return KT_SUCCESS;
+  uint64_t seen[KT__SHM_CYCLE_MAX];
+  int path[KT__SHM_CYCLE_MAX], len = 0;
+  for (int cur = p->dst; cur != s->me; len++) {
+    if (len == KT__SHM_CYCLE_MAX || len >= s->n) return KT_SUCCESS;
+    uint64_t b = atomic_load_explicit(&slot(s, cur)->blocked, memory_order_acquire);
+    if ((uint32_t)b == 0) return KT_SUCCESS;
+    int next = (int)(uint32_t)b - 1;
+    if (next < 0 || next >= s->n || !ring_full(s, cur, next)) return KT_SUCCESS;
+    seen[len] = b;
+    path[len] = cur;
+    cur = next;
+  }
+  /* A rank writes into its ring only after clearing its slot: the same
+   * episode and a ring still full mean nobody moved on that link meanwhile. */
+  for (int i = 0; i < len; i++)
+    if (atomic_load_explicit(&slot(s, path[i])->blocked, memory_order_acquire) != seen[i] ||
+        !ring_full(s, path[i], i + 1 < len ? path[i + 1] : s->me))
+      return KT_SUCCESS;
+  char cycle[512] = "";
+  size_t off = 0;
+  for (int i = 0; i < len && off < sizeof cycle - 64; i++) {
+    int to = i + 1 < len ? path[i + 1] : s->me;
+    off += (size_t)snprintf(cycle + off, sizeof cycle - off, "%srank %d sends to rank %d",
+                            i == 0 ? "" : i + 1 < len ? ", " : " and ", kt__rank_label(c, path[i]),
+                            kt__rank_label(c, to));
+  }
+  return kt__err(KT_ERR_MISMATCH,
+                 "send of %zu bytes to rank %d can never complete: %s at the same time, and no rank "
+                 "in this cycle receives before its own send completes (a message larger than the "
+                 "%zu-byte shared-memory ring, KAITIAN_SHM_P2P_BYTES, waits for its receiver). Let one "
+                 "side receive first, or exchange with kt_sendrecv",
+                 p->snd->len, kt__rank_label(c, p->dst), cycle, s->p2p);
 }
 
 kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int src, void *rbuf, size_t rlen,
@@ -546,7 +613,8 @@ kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int 
     rcv.buf = rbuf;
     rcv.len = rlen;
   }
-  p2p_state st = {&snd, &rcv};
+  p2p_state st = {&snd, &rcv, dst};
+  kt_result res = KT_SUCCESS;
   while (stream_busy(&snd) || stream_busy(&rcv)) {
     size_t moved = stream_busy(&snd) ? stream_move(s, &snd, true) : 0;
     if (stream_busy(&rcv)) {
@@ -571,8 +639,18 @@ kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int 
         }
       }
     }
-    if (!moved && (stream_busy(&snd) || stream_busy(&rcv)))
-      KT_CHECK(wait_ready(ex, stream_busy(&snd) ? dst : src, UINT64_MAX, p2p_ready, &st));
+    if (!moved && (stream_busy(&snd) || stream_busy(&rcv))) {
+      /* Send-only on a full ring: say so in my slot while waiting. */
+      bool send_only = stream_busy(&snd) && !stream_busy(&rcv) && ring_full(s, s->me, dst);
+      shm_slot *mine = slot(s, s->me);
+      if (send_only)
+        atomic_store_explicit(&mine->blocked, ((uint64_t)++s->episode << 32) | (uint32_t)(dst + 1),
+                              memory_order_release);
+      res = wait_ready_or_stuck(ex, stream_busy(&snd) ? dst : src, UINT64_MAX, p2p_ready, &st,
+                                send_only ? p2p_stuck : NULL);
+      if (send_only) atomic_store_explicit(&mine->blocked, (uint64_t)s->episode << 32, memory_order_release);
+      if (res != KT_SUCCESS) break;
+    }
   }
-  return KT_SUCCESS;
+  return res;
 }

@@ -43,6 +43,15 @@ kt_fault_test(mismatch.np3.bcast 120 3 scenario.sh --np 3 --max-s 30
   --env KAITIAN_TIMEOUT=60000 -- mismatch kind=bcast)
 kt_fault_test(mismatch.np3.p2ptag 120 3 scenario.sh --np 3 --max-s 30
   --env KAITIAN_TIMEOUT=60000 -- mismatch kind=p2ptag)
+# Sends waiting for each other in a cycle (each larger than the shm ring).
+kt_fault_test(mismatch.np2.sendfirst 120 2 scenario.sh --np 2 --max-s 30
+  --grep "send of 1048576 bytes to rank [01] can never complete: rank [01] sends to rank [01] at the same time.*KAITIAN_SHM_P2P_BYTES.*kt_sendrecv"
+  --env KAITIAN_TIMEOUT=60000 -- mismatch kind=sendfirst)
+kt_fault_test(mismatch.np3.sendfirst 120 3 scenario.sh --np 3 --max-s 30
+  --env KAITIAN_TIMEOUT=60000 -- mismatch kind=sendfirst)
+kt_fault_test(mismatch.np3.sendcycle 120 3 scenario.sh --np 3 --max-s 30
+  --grep "can never complete: rank [0-2] sends to rank [0-2] and rank [0-2] sends to rank [0-2] at the same time"
+  --env KAITIAN_TIMEOUT=60000 -- mismatch kind=sendcycle)
 kt_fault_test(mismatch.np2.p2ptag.tcp 120 2 scenario.sh --np 2 --max-s 30
   --env KAITIAN_TIMEOUT=60000 --env KAITIAN_TRANSPORT=tcp -- mismatch kind=p2ptag)
 kt_fault_test(mismatch.np2.p2pdtype.tcp 120 2 scenario.sh --np 2 --max-s 30

@@ -412,11 +412,15 @@ static int scenario_timeout(kt_comm comm) {
 
 /* Test 3: ranks issue different operations; every rank must get an error.
  * p2ptag/p2pcount/p2pdtype: rank 0 sends to rank 1, which expects another
- * tag, count or type (same bytes); the others join a barrier. */
+ * tag, count or type (same bytes); the others join a barrier.
+ * sendfirst: ranks 0 and 1 both send 1 MiB to each other before receiving
+ * (the others join a barrier); sendcycle: every rank sends 1 MiB to the next
+ * before receiving from the previous. Over shared memory (ring of 256 KiB)
+ * neither can complete: an error, not a wait until the timeout. */
 static int scenario_mismatch(kt_comm comm) {
   const char *kind = arg("kind", "bcast");
   size_t count = 100, count1 = 100;
-  bool bcast = false, p2p = false;
+  bool bcast = false, p2p = false, cycle = false;
   kt_dtype dtype1 = KT_FLOAT32; /* rank 1's dtype and op */
   kt_op op1 = KT_SUM;
   int root = 0;
@@ -440,6 +444,9 @@ static int scenario_mismatch(kt_comm comm) {
     p2p = true;
     count1 = !strcmp(kind, "p2pcount") ? 101 : 100;
     if (!strcmp(kind, "p2pdtype")) dtype1 = KT_INT32;
+  } else if (!strcmp(kind, "sendfirst") || !strcmp(kind, "sendcycle")) {
+    cycle = true;
+    count = count1 = (size_t)1 << 18; /* 1 MiB of float32 */
   } else {
     fprintf(stderr, "fault_prog mismatch: unknown kind=%s\n", kind);
     return 2;
@@ -449,7 +456,20 @@ static int scenario_mismatch(kt_comm comm) {
   const char *what;
   int64_t t0 = mono_ms();
   kt_result r;
-  if (p2p && g_rank == 0) {
+  bool pair = !strcmp(kind, "sendfirst");
+  if (cycle && (!pair || g_rank < 2)) {
+    int to = pair ? 1 - g_rank : (g_rank + 1) % g_size;
+    int from = pair ? 1 - g_rank : (g_rank + g_size - 1) % g_size;
+    what = "send";
+    r = kt_send(in, count, KT_FLOAT32, to, 0, comm);
+    if (r == KT_SUCCESS) {
+      what = "recv (after the send)";
+      r = kt_recv(out, count, KT_FLOAT32, from, 0, comm);
+    }
+  } else if (cycle) {
+    what = "barrier";
+    r = kt_barrier(comm);
+  } else if (p2p && g_rank == 0) {
     what = "send";
     r = kt_send(in, count, KT_FLOAT32, 1, 0, comm);
   } else if (p2p && g_rank == 1) {
