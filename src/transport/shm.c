@@ -166,9 +166,9 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
                     errno == EEXIST ? " (two communicators with the same prefix in one job?)" : "");
       goto fail;
     }
-    /* Reserve the pages now: a /dev/shm too small for the segment is an error
-     * here, not a SIGBUS in the middle of an operation. */
-    int fe = ftruncate(fd, (off_t)bytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)bytes);
+    /* The header and the slots now; each rank reserves its own regions and
+     * rings below. */
+    int fe = ftruncate(fd, (off_t)bytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)data_offset(n));
     if (fe != 0 || (base = map_fd(fd, bytes)) == MAP_FAILED) {
       res = kt__err(KT_ERR_SYSTEM, "rank %d: cannot size/map %zu bytes of shared memory %s: %s (is /dev/shm large enough? "
                     "KAITIAN_SHM_CHUNK_BYTES and KAITIAN_SHM_P2P_BYTES size the segment; KAITIAN_TRANSPORT=tcp needs none)",
@@ -209,27 +209,52 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
       usleep(100);
     }
   }
+  shm_hdr *h = base;
+  /* Reserve the pages I write (my regions, my rings to the others) myself:
+   * they come from my NUMA node, since `kaitian run` binds ranks to CPUs, and
+   * the readers' side of every transfer is the only remote one. Reserving
+   * them now makes a /dev/shm too small for the segment an error here, not a
+   * SIGBUS in the middle of an operation. */
+  size_t ring_span = (size_t)n * (CHAN_HDR_BYTES + p2p);
+  int fe = posix_fallocate(fd, (off_t)(data_offset(n) + (size_t)c->rank * 4 * region), (off_t)(4 * region));
+  if (fe == 0) fe = posix_fallocate(fd, (off_t)(chans_off + (size_t)c->rank * ring_span), (off_t)ring_span);
   close(fd);
   fd = -1;
-  shm_hdr *h = base;
+  if (fe != 0) {
+    res = kt__err(KT_ERR_SYSTEM, "rank %d: cannot reserve its %zu bytes of shared memory %s (%zu bytes for all %d ranks): %s "
+                  "(is /dev/shm large enough? KAITIAN_SHM_CHUNK_BYTES and KAITIAN_SHM_P2P_BYTES size the segment; "
+                  "KAITIAN_TRANSPORT=tcp needs none)",
+                  c->rank, 4 * region + ring_span, name, bytes, n, strerror(fe));
+    int32_t zero = 0; /* the other ranks stop waiting for me, with my reason */
+    if (atomic_compare_exchange_strong(&h->failed_rank, &zero, c->rank + 1)) {
+      snprintf(h->failed_msg, sizeof h->failed_msg, "%s", kt_last_error());
+      atomic_store_explicit(&h->failed, (int32_t)res, memory_order_release);
+    }
+    goto fail;
+  }
   atomic_fetch_add(&h->mapped, 1);
-  if (leader) {
-    /* Unlink as soon as everyone has it mapped: from then on nothing is left
-     * behind whatever happens to the processes. */
-    while (atomic_load(&h->mapped) < (uint32_t)n) {
-      for (int r = 1; r < n; r++)
-        if (!peer_alive(c, r)) {
-          res = kt__err(KT_ERR_PEER_FAILED, "rank %d: rank %d died while setting up shared memory", c->rank, r);
-          goto fail;
-        }
-      if (kt__now_ns() > deadline) {
-        res = kt__err(KT_ERR_TIMEOUT, "rank %d: not every local rank mapped the shared memory in time", c->rank);
+  /* Nobody starts before every rank has reserved its part. The leader then
+   * unlinks the segment: from then on nothing is left behind whatever
+   * happens to the processes. */
+  while (atomic_load(&h->mapped) < (uint32_t)n) {
+    int32_t f = atomic_load_explicit(&h->failed, memory_order_acquire);
+    if (f) {
+      res = kt__err((kt_result)f, "rank %d: rank %d failed while setting up shared memory: %s", c->rank,
+                    atomic_load(&h->failed_rank) - 1, h->failed_msg);
+      goto fail;
+    }
+    for (int r = 0; r < n; r++)
+      if (r != c->rank && !peer_alive(c, r)) {
+        res = kt__err(KT_ERR_PEER_FAILED, "rank %d: rank %d died while setting up shared memory", c->rank, r);
         goto fail;
       }
-      usleep(100);
+    if (kt__now_ns() > deadline) {
+      res = kt__err(KT_ERR_TIMEOUT, "rank %d: not every local rank mapped the shared memory in time", c->rank);
+      goto fail;
     }
-    shm_unlink(name);
+    usleep(100);
   }
+  if (leader) shm_unlink(name);
   s->base = base;
   s->bytes = bytes;
   s->hdr = h;
