@@ -236,9 +236,11 @@ def _run(args):
     rank, size = dist.get_rank(), dist.get_world_size()
     singles = [dist.new_group([r]) for r in range(size)]  # every rank creates every group
     if rank == 0:
+        placement = (f"bound (rank 0 to {mine} of {os.cpu_count()} CPUs)" if bound else
+                     f"not bound ({os.cpu_count()} CPUs)")
         print(f"torch_kaitian bench: {size} ranks, torch {torch.__version__}, KaiTian "
               f"{torch_kaitian.core_version} ({torch_kaitian.library_path}), "
-              f"{torch.get_num_threads()} torch thread(s) per rank")
+              f"{torch.get_num_threads()} torch thread(s) per rank, ranks {placement}")
     if not args.skip_allreduce:
         if rank == 0:
             print("\ndist.all_reduce(float32), time per call in microseconds (slowest rank, best of "
