@@ -311,8 +311,8 @@ KT_API kt_result kt_ibarrier(kt_comm comm, kt_request *req);
  * operations in order, two ranks that both send first to each other with
  * messages larger than what the path buffers cannot both complete: between
  * ranks of one host (the shared-memory ring, KAITIAN_SHM_P2P_BYTES) the
- * senders fail at once with KT_ERR_MISMATCH (a cycle of ranks each sending to
- * the next likewise); over TCP (the socket buffers) they wait until
+ * senders fail at once with KT_ERR_MISMATCH (a cycle of up to 64 ranks each
+ * sending to the next likewise); over TCP (the socket buffers) they wait until
  * KAITIAN_TIMEOUT. Use kt_sendrecv for exchanges. */
 KT_API kt_result kt_send(const void *buf, size_t count, kt_dtype dtype, int peer, int tag,
                          kt_comm comm);

@@ -13,6 +13,7 @@ with the value or a _Failure) and the one users and C++ get (`user`, made by
 fut.then(_unwrap)), in which a failure is a real error that wait() and value()
 raise, in Python and in C++.
 """
+import atexit
 import ctypes
 import os
 import sys
@@ -197,7 +198,21 @@ def completer():
     with _completer_lock:
         if _completer is None or _completer.pid != os.getpid():
             _completer = Completer()
+            atexit.register(_stop_at_exit, _completer)
         return _completer
+
+
+def _stop_at_exit(c):
+    """Stop the completion thread before the interpreter finalizes. A daemon
+    thread that is inside torch (completing a future) when finalization begins
+    is ended by the interpreter while C++ frames are on its stack, and the
+    process aborts ("terminate called without an active exception")."""
+    global _completer
+    if c.pid == os.getpid():
+        c.stop()
+        with _completer_lock:
+            if _completer is c:  # an op issued later (another atexit handler) gets a new one
+                _completer = None
 
 
 def _flatten(items):

@@ -220,27 +220,29 @@ def _worker(rank, size, port, args, cpus):
                       WORLD_SIZE=str(size))
     if cpus:
         os.sched_setaffinity(0, cpus)
+        args.threads = args.threads or len(cpus)
     _run(args)
 
 
 def _run(args):
     import torch_kaitian  # noqa: F401 - registers "kaitian"
-    # The CPUs this rank may run on: its block when bound (kaitian run, or the
-    # fork mode below), else the host's share.
+    # Threads: --threads; in fork mode the rank's block of CPUs; under a
+    # launcher its OMP_NUM_THREADS (kaitian run: the rank's share of the CPUs);
+    # else an equal share of the CPUs this rank may use.
     local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
     mine = len(os.sched_getaffinity(0))
-    bound = mine < (os.cpu_count() or mine)
-    torch.set_num_threads(args.threads or max(1, mine if bound else mine // local))
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    torch.set_num_threads(args.threads or (int(omp) if omp.isdigit() and int(omp) > 0 else 0)
+                          or max(1, mine // local))
     dist.init_process_group("kaitian")
     gloo = dist.new_group(backend="gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
     singles = [dist.new_group([r]) for r in range(size)]  # every rank creates every group
     if rank == 0:
-        placement = (f"bound (rank 0 to {mine} of {os.cpu_count()} CPUs)" if bound else
-                     f"not bound ({os.cpu_count()} CPUs)")
+        placement = f"rank 0 may run on {mine} of {os.cpu_count()} CPUs"
         print(f"torch_kaitian bench: {size} ranks, torch {torch.__version__}, KaiTian "
               f"{torch_kaitian.core_version} ({torch_kaitian.library_path}), "
-              f"{torch.get_num_threads()} torch thread(s) per rank, ranks {placement}")
+              f"{torch.get_num_threads()} torch thread(s) per rank, {placement}")
     if not args.skip_allreduce:
         if rank == 0:
             print("\ndist.all_reduce(float32), time per call in microseconds (slowest rank, best of "
