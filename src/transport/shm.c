@@ -20,7 +20,7 @@
 #define SHM_HDR_BYTES 4096
 #define SHM_SLOT_BYTES 256
 #define SHM_LIVENESS_NS 100000000 /* check pids and sockets every 100 ms asleep */
-#define KT__SHM_CYCLE_MAX 64         /* longest cycle of waiting sends looked for */
+#define SHM_CYCLE_MAX 64         /* longest cycle of waiting sends looked for */
 
 typedef struct sig {
   uint64_t seq;
@@ -137,6 +137,16 @@ static void *map_fd(int fd, size_t bytes) {
   return mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 }
 
+/* Record rank's failure in the segment; the first failure's text wins
+ * (writers race only on "first"). */
+static void record_failure(shm_hdr *h, int rank, kt_result r, const char *msg) {
+  int32_t zero = 0;
+  if (atomic_compare_exchange_strong(&h->failed_rank, &zero, rank + 1)) {
+    snprintf(h->failed_msg, sizeof h->failed_msg, "%s", msg);
+    atomic_store_explicit(&h->failed, (int32_t)r, memory_order_release);
+  }
+}
+
 static bool peer_alive(const struct kt_comm_s *c, int r) {
   return c->peer_pid[r] <= 0 || kill(c->peer_pid[r], 0) == 0 || errno != ESRCH;
 }
@@ -225,11 +235,7 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
                   "(is /dev/shm large enough? KAITIAN_SHM_CHUNK_BYTES and KAITIAN_SHM_P2P_BYTES size the segment; "
                   "KAITIAN_TRANSPORT=tcp needs none)",
                   c->rank, 4 * region + ring_span, name, bytes, n, strerror(fe));
-    int32_t zero = 0; /* the other ranks stop waiting for me, with my reason */
-    if (atomic_compare_exchange_strong(&h->failed_rank, &zero, c->rank + 1)) {
-      snprintf(h->failed_msg, sizeof h->failed_msg, "%s", kt_last_error());
-      atomic_store_explicit(&h->failed, (int32_t)res, memory_order_release);
-    }
+    record_failure(h, c->rank, res, kt_last_error()); /* the others stop waiting, with my reason */
     goto fail;
   }
   atomic_fetch_add(&h->mapped, 1);
@@ -288,12 +294,7 @@ void kt__shm_close(struct kt_comm_s *c) {
 void kt__shm_fail(struct kt_comm_s *c, kt_result r, const char *msg) {
   kt__shm *s = c->shm;
   if (!s) return;
-  int32_t zero = 0;
-  /* The first failure's text wins; writers race only on "first". */
-  if (atomic_compare_exchange_strong(&s->hdr->failed_rank, &zero, c->rank + 1)) {
-    snprintf(s->hdr->failed_msg, sizeof s->hdr->failed_msg, "%s", msg);
-    atomic_store_explicit(&s->hdr->failed, (int32_t)r, memory_order_release);
-  }
+  record_failure(s->hdr, c->rank, r, msg);
   kt__shm_wake(c);
 }
 
@@ -570,7 +571,8 @@ static bool ring_full(const kt__shm *s, int from, int to) {
              atomic_load_explicit(&ch->tail, memory_order_acquire) >= s->p2p;
 }
 
-/* I wait in a send-only call on a full ring (my slot says so). If the rank I
+/* I wait in a send-only call on a full ring to another rank (my slot says
+ * so; kt__shm_p2p passes this check only then). If the rank I
  * send to waits likewise on its full ring to another, and so on back to me,
  * nobody in that cycle receives before its send completes: they would wait
  * until the timeout. Two reads of every slot and ring on the path, the second
@@ -580,11 +582,10 @@ static kt_result p2p_stuck(kt__exec *ex, const void *arg) {
   const p2p_state *p = arg;
   struct kt_comm_s *c = ex->comm;
   kt__shm *s = c->shm;
-  if (!stream_busy(p->snd) || stream_busy(p->rcv) || p->dst == s->me) return KT_SUCCESS;
-  uint64_t seen[KT__SHM_CYCLE_MAX];
-  int path[KT__SHM_CYCLE_MAX], len = 0;
+  uint64_t seen[SHM_CYCLE_MAX];
+  int path[SHM_CYCLE_MAX], len = 0;
   for (int cur = p->dst; cur != s->me; len++) {
-    if (len == KT__SHM_CYCLE_MAX || len >= s->n) return KT_SUCCESS;
+    if (len == SHM_CYCLE_MAX || len >= s->n) return KT_SUCCESS;
     uint64_t b = atomic_load_explicit(&slot(s, cur)->blocked, memory_order_acquire);
     if ((uint32_t)b == 0) return KT_SUCCESS;
     int next = (int)(uint32_t)b - 1;
@@ -643,7 +644,6 @@ kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int 
     rcv.len = rlen;
   }
   p2p_state st = {&snd, &rcv, dst};
-  kt_result res = KT_SUCCESS;
   while (stream_busy(&snd) || stream_busy(&rcv)) {
     size_t moved = stream_busy(&snd) ? stream_move(s, &snd, true) : 0;
     if (stream_busy(&rcv)) {
@@ -675,11 +675,11 @@ kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int 
       if (send_only)
         atomic_store_explicit(&mine->blocked, ((uint64_t)++s->episode << 32) | (uint32_t)(dst + 1),
                               memory_order_release);
-      res = wait_ready_or_stuck(ex, stream_busy(&snd) ? dst : src, UINT64_MAX, p2p_ready, &st,
-                                send_only ? p2p_stuck : NULL);
+      kt_result r = wait_ready_or_stuck(ex, stream_busy(&snd) ? dst : src, UINT64_MAX, p2p_ready, &st,
+                                        send_only ? p2p_stuck : NULL);
       if (send_only) atomic_store_explicit(&mine->blocked, (uint64_t)s->episode << 32, memory_order_release);
-      if (res != KT_SUCCESS) break;
+      KT_CHECK(r);
     }
   }
-  return res;
+  return KT_SUCCESS;
 }
