@@ -26,7 +26,7 @@ kt_result kt__allgatherv_shm(kt__exec *ex) {
   for (size_t off = 0; off < maxlen; off += chunk) {
     int par;
     KT_CHECK(kt__shm_iter_begin(ex, &par));
-    if (off < LEN(me)) memcpy(kt__shm_region(c, me, 0, par), BLOCK(me) + off, KT_MIN(chunk, LEN(me) - off));
+    if (off < LEN(me)) kt__copy_shared(kt__shm_region(c, me, 0, par), BLOCK(me) + off, KT_MIN(chunk, LEN(me) - off));
     uint64_t step = kt__shm_post(ex);
     KT_CHECK(kt__shm_wait(ex, -1, step));
     for (int r = 0; r < p; r++)

@@ -23,7 +23,7 @@ kt_result kt__allreduce_shm_oneshot(kt__exec *ex) {
   kt__shm_op_begin(ex);
   int par;
   KT_CHECK(kt__shm_iter_begin(ex, &par));
-  if (bytes) memcpy(kt__shm_region(c, c->rank, 0, par), op->sendbuf, bytes);
+  if (bytes) kt__copy_shared(kt__shm_region(c, c->rank, 0, par), op->sendbuf, bytes);
   uint64_t step = kt__shm_post(ex);
   KT_CHECK(kt__shm_wait(ex, -1, step));
   if (!bytes) return KT_SUCCESS;

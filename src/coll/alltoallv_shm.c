@@ -52,7 +52,7 @@ kt_result kt__alltoallv_shm(kt__exec *ex) {
     KT_CHECK(kt__shm_iter_begin(ex, &par));
     char *mine = kt__shm_region(c, me, 0, par);
     for (int d = 0; d < p; d++)
-      if (d != me && off < SLEN(d)) memcpy(mine + (size_t)d * win, sb + SOFF(d) + off, KT_MIN(win, SLEN(d) - off));
+      if (d != me && off < SLEN(d)) kt__copy_shared(mine + (size_t)d * win, sb + SOFF(d) + off, KT_MIN(win, SLEN(d) - off));
     uint64_t step = kt__shm_post(ex);
     KT_CHECK(kt__shm_wait(ex, -1, step));
     for (int s = 0; s < p; s++)

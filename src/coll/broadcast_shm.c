@@ -22,7 +22,7 @@ kt_result kt__broadcast_shm(kt__exec *ex) {
     size_t len = KT_MIN(chunk, bytes - off);
     int par;
     KT_CHECK(kt__shm_iter_begin(ex, &par));
-    if (is_root) memcpy(kt__shm_region(c, root, 0, par), (const char *)op->sendbuf + off, len);
+    if (is_root) kt__copy_shared(kt__shm_region(c, root, 0, par), (const char *)op->sendbuf + off, len);
     uint64_t step = kt__shm_post(ex);
     if (!is_root) {
       KT_CHECK(kt__shm_wait(ex, root, step));

@@ -22,7 +22,7 @@ kt_result kt__gather_shm(kt__exec *ex) {
     size_t len = KT_MIN(chunk, bytes - off);
     int par;
     KT_CHECK(kt__shm_iter_begin(ex, &par));
-    if (me != root) memcpy(kt__shm_region(c, me, 0, par), (const char *)op->sendbuf + off, len);
+    if (me != root) kt__copy_shared(kt__shm_region(c, me, 0, par), (const char *)op->sendbuf + off, len);
     uint64_t step = kt__shm_post(ex);
     if (me == root) {
       KT_CHECK(kt__shm_wait(ex, -1, step));

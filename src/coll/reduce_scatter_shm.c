@@ -36,7 +36,7 @@ kt_result kt__reduce_scatter_shm(kt__exec *ex) {
     char *mine = kt__shm_region(c, me, 0, par);
     for (int b = 0; b < p; b++)
       if (b != me && off < BCOUNT(b))
-        memcpy(mine + (size_t)b * win * es, in + (BSTART(b) + off) * es, KT_MIN(win, BCOUNT(b) - off) * es);
+        kt__copy_shared(mine + (size_t)b * win * es, in + (BSTART(b) + off) * es, KT_MIN(win, BCOUNT(b) - off) * es);
     uint64_t step = kt__shm_post(ex);
     KT_CHECK(kt__shm_wait(ex, -1, step));
     if (off >= BCOUNT(me)) continue;

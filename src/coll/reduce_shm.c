@@ -29,7 +29,7 @@ kt_result kt__reduce_shm(kt__exec *ex) {
     char *mine = kt__shm_region(c, me, 0, par);
     for (int r = 0; r < p; r++) {
       size_t lo = KT_MIN((size_t)r * share, len), hi = KT_MIN(lo + share, len);
-      if (r != me && hi > lo) memcpy(mine + lo * es, in + (base + lo) * es, (hi - lo) * es);
+      if (r != me && hi > lo) kt__copy_shared(mine + lo * es, in + (base + lo) * es, (hi - lo) * es);
     }
     uint64_t step = kt__shm_post(ex);
     KT_CHECK(kt__shm_wait(ex, -1, step));
@@ -37,10 +37,18 @@ kt_result kt__reduce_shm(kt__exec *ex) {
     if (cnt) {
       char *res = kt__shm_region(c, me, 1, par) + lo * es;
       const char *mypart = in + (base + lo) * es;
-      reduce(res, me == 0 ? mypart : kt__shm_region(c, 0, 0, par) + lo * es,
-             me == 1 ? mypart : kt__shm_region(c, 1, 0, par) + lo * es, cnt);
-      for (int r = 2; r < p; r++) reduce(res, res, r == me ? mypart : kt__shm_region(c, r, 0, par) + lo * es, cnt);
-      kt__op_finalize(op, res, cnt, p);
+      /* Reduced a block at a time on the stack, then put into shm by
+       * kt__copy_shared (see KT_SHM_BLOCK). */
+      _Alignas(64) char blk[KT_SHM_BLOCK];
+      for (size_t b0 = 0; b0 < cnt; b0 += KT_SHM_BLOCK / es) {
+        size_t bn = KT_MIN(KT_SHM_BLOCK / es, cnt - b0), at = (lo + b0) * es;
+        const char *own = mypart + b0 * es;
+        reduce(blk, me == 0 ? own : kt__shm_region(c, 0, 0, par) + at, me == 1 ? own : kt__shm_region(c, 1, 0, par) + at,
+               bn);
+        for (int r = 2; r < p; r++) reduce(blk, blk, r == me ? own : kt__shm_region(c, r, 0, par) + at, bn);
+        kt__op_finalize(op, blk, bn, p);
+        kt__copy_shared(res + b0 * es, blk, bn * es);
+      }
     }
     step = kt__shm_post(ex);
     if (me == op->root) {

@@ -26,7 +26,7 @@ kt_result kt__scatter_shm(kt__exec *ex) {
     KT_CHECK(kt__shm_iter_begin(ex, &par));
     if (me == root)
       for (int r = 0; r < p; r++)
-        if (r != root) memcpy(kt__shm_region(c, root, 0, par) + (size_t)r * win, sb + (size_t)r * bytes + off, len);
+        if (r != root) kt__copy_shared(kt__shm_region(c, root, 0, par) + (size_t)r * win, sb + (size_t)r * bytes + off, len);
     uint64_t step = kt__shm_post(ex);
     if (me != root) {
       KT_CHECK(kt__shm_wait(ex, root, step));

@@ -98,6 +98,10 @@ KT_INTERNAL void kt__param_visit(kt__param_visit_fn fn, void *arg);
 /* ---- time -------------------------------------------------------------- */
 
 KT_INTERNAL int64_t kt__now_ns(void);
+/* memcpy for a destination other processes read (shared memory): on x86-64
+ * with ERMS, rep movsb, whose full-line stores need no read for ownership;
+ * vector stores to lines a peer's cache holds can run 5x slower. */
+KT_INTERNAL void kt__copy_shared(void *dst, const void *src, size_t n);
 static inline int64_t kt__now_ms(void) { return kt__now_ns() / 1000000; }
 
 /* ---- misc -------------------------------------------------------------- */

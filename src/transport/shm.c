@@ -536,7 +536,7 @@ static size_t stream_move(kt__shm *s, stream *st, bool send) {
     char *msg = in_hdr ? (char *)st->hdr + st->hdone : st->buf + st->done;
     size_t off = (size_t)(st->pos % s->p2p);
     size_t k = KT_MIN(KT_MIN(in_hdr ? P2P_HDR_BYTES - st->hdone : st->len - st->done, room), s->p2p - off);
-    if (send) memcpy(st->ring + off, msg, k);
+    if (send) kt__copy_shared(st->ring + off, msg, k);
     else memcpy(msg, st->ring + off, k);
     if (in_hdr) st->hdone += k;
     else st->done += k;
