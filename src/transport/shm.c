@@ -53,6 +53,10 @@ typedef struct shm_slot {
    * (episode << 32) | (destination + 1); the low half is 0 otherwise. The
    * episode number changes every time it starts waiting. */
   _Atomic uint64_t blocked;
+  /* Written once at setup, before this rank counts itself mapped: the CPUs
+   * it may run on (bit i: CPU i), when its mask fits in 1024 CPUs. */
+  uint32_t cpus_known;
+  uint64_t cpus[16];
 } shm_slot;
 
 _Static_assert(sizeof(shm_hdr) <= SHM_HDR_BYTES, "header fits");
@@ -90,9 +94,11 @@ typedef struct chan {
 #define CHAN_HDR_BYTES 128
 _Static_assert(sizeof(chan) == CHAN_HDR_BYTES, "chan header size");
 
-static shm_slot *slot(const kt__shm *s, int r) {
-  return (shm_slot *)((char *)s->base + SHM_HDR_BYTES + (size_t)r * SHM_SLOT_BYTES);
+static shm_slot *slot_at(void *base, int r) {
+  return (shm_slot *)((char *)base + SHM_HDR_BYTES + (size_t)r * SHM_SLOT_BYTES);
 }
+
+static shm_slot *slot(const kt__shm *s, int r) { return slot_at(s->base, r); }
 
 static size_t data_offset(int n) {
   size_t off = SHM_HDR_BYTES + (size_t)n * SHM_SLOT_BYTES;
@@ -123,6 +129,34 @@ static inline void cpu_relax(void) {
 }
 
 /* ---- setup ---------------------------------------------------------------- */
+
+/* My affinity mask into my slot (left unknown beyond 1024 CPUs). */
+static void publish_cpus(shm_slot *me) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+  for (int cpu = 0; cpu < CPU_SETSIZE && cpu < 1024; cpu++)
+    if (CPU_ISSET(cpu, &set)) me->cpus[cpu / 64] |= 1ull << (cpu % 64);
+  me->cpus_known = 1;
+}
+
+/* The CPUs the n local ranks may run on together: the union of their
+ * affinity masks (so `taskset -c 0 kaitian run -n 2` counts 1), or the online
+ * CPUs when a rank's mask is unknown. Every rank has published its mask. */
+static int local_cpus(void *base, int n) {
+  uint64_t all[16] = {0};
+  for (int r = 0; r < n; r++) {
+    const shm_slot *sl = slot_at(base, r);
+    if (!sl->cpus_known) {
+      long online = sysconf(_SC_NPROCESSORS_ONLN);
+      return online > 0 ? (int)online : 0;
+    }
+    for (int w = 0; w < 16; w++) all[w] |= sl->cpus[w];
+  }
+  int count = 0;
+  for (int w = 0; w < 16; w++) count += __builtin_popcountll(all[w]);
+  return count;
+}
 
 static void segment_name(const struct kt_comm_s *c, char *buf, size_t cap) {
   uint64_t h = 1469598103934665603ull;
@@ -238,6 +272,7 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
     record_failure(h, c->rank, res, kt_last_error()); /* the others stop waiting, with my reason */
     goto fail;
   }
+  publish_cpus(slot_at(base, c->rank));
   atomic_fetch_add(&h->mapped, 1);
   /* Nobody starts before every rank has reserved its part. The leader then
    * unlinks the segment: from then on nothing is left behind whatever
@@ -269,12 +304,12 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
   s->region = region;
   s->chans = (char *)base + chans_off;
   s->p2p = p2p;
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int ncpu = local_cpus(base, n);
   s->oversubscribed = ncpu > 0 && n > ncpu;
   s->spin_ns = kt__param_SHM_SPIN_NS();
   c->shm = s;
-  KT_INFO("rank %d: shared memory %s: %d ranks, %zu-byte regions, %zu bytes%s", c->rank, name, n, region,
-          bytes, s->oversubscribed ? " (oversubscribed: yielding)" : "");
+  KT_INFO("rank %d: shared memory %s: %d ranks on %d CPU(s), %zu-byte regions, %zu bytes%s", c->rank, name, n, ncpu,
+          region, bytes, s->oversubscribed ? " (oversubscribed: yielding)" : "");
   return KT_SUCCESS;
 fail:
   if (base != MAP_FAILED) munmap(base, bytes);
