@@ -195,6 +195,12 @@ kt_result kt_comm_init(kt_comm *comm, int rank, int size, kt_store store, const 
   kt_result res = connect_through_store(c, store);
   if (res != KT_SUCCESS) {
     kt__error_prefix("rank %d: kt_comm_init: ", rank);
+    /* Peers still setting up (waiting for a segment this rank will never
+     * map, say) learn why at once, on their control sockets. */
+    char msg[sizeof c->broken_msg];
+    kt__error_copy(msg, sizeof msg);
+    atomic_store(&c->broken, (int)res);
+    kt__tcp_broadcast_abort(c, msg);
     comm_free(c);
     return res;
   }

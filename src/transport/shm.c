@@ -185,6 +185,14 @@ static bool peer_alive(const struct kt_comm_s *c, int r) {
   return c->peer_pid[r] <= 0 || kill(c->peer_pid[r], 0) == 0 || errno != ESRCH;
 }
 
+/* A rank whose setup failed says why on its control socket before closing it
+ * (kt_comm_init): ranks still waiting here stop with its reason, including
+ * one that would otherwise wait for a segment the leader already removed. */
+static kt_result setup_check_peers(struct kt_comm_s *c) {
+  kt__exec ex = {.comm = c};
+  return kt__net_check_peers(&ex);
+}
+
 kt_result kt__shm_setup(struct kt_comm_s *c) {
   kt_result res = KT_SUCCESS;
   char name[128];
@@ -231,6 +239,8 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
       if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == bytes) break;
       if (fd >= 0) close(fd);
       fd = -1;
+      /* A dead rank 0's last words first: its reason, if it gave one. */
+      if ((res = setup_check_peers(c)) != KT_SUCCESS) goto fail;
       if (!peer_alive(c, 0)) {
         res = kt__err(KT_ERR_PEER_FAILED, "rank %d: rank 0 died while setting up shared memory", c->rank);
         goto fail;
@@ -246,6 +256,7 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
       goto fail;
     }
     while (atomic_load_explicit(&((shm_hdr *)base)->magic, memory_order_acquire) != SHM_MAGIC) {
+      if ((res = setup_check_peers(c)) != KT_SUCCESS) goto fail;
       if (kt__now_ns() > deadline) {
         res = kt__err(KT_ERR_TIMEOUT, "rank %d: shared memory %s never became ready", c->rank, name);
         goto fail;
@@ -284,6 +295,7 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
                     atomic_load(&h->failed_rank) - 1, h->failed_msg);
       goto fail;
     }
+    if (k % 100 == 99 && (res = setup_check_peers(c)) != KT_SUCCESS) goto fail;
     for (int r = 0; r < n && k % 100 == 99; r++) /* every 10 ms: n signals each */
       if (r != c->rank && !peer_alive(c, r)) {
         res = kt__err(KT_ERR_PEER_FAILED, "rank %d: rank %d died while setting up shared memory", c->rank, r);

@@ -277,6 +277,10 @@ static kt_result handle_ctrl(kt__exec *ex, int peer) {
       }
       char who[128];
       kt__peer_desc(c, peer, who, sizeof who);
+      if (!ex->op) /* kt__net_check_peers from setup */
+        return kt__err(KT_ERR_PEER_FAILED,
+                       "%s died or closed its connection while setting up the communicator (noticed by rank %d)",
+                       who, c->rank);
       return kt__err(KT_ERR_PEER_FAILED,
                      "%s died or closed its connection without destroying its communicator "
                      "(noticed by rank %d during op #%llu %s)",
