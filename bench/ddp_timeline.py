@@ -96,6 +96,9 @@ def main():
     dist.all_gather_object(everyone, rec)
     if dist.get_rank() == 0:
         report(a, everyone)
+    # The model first: torch 1.13's gloo group, destroyed with the last DDP
+    # reference during interpreter exit, can hang joining its worker thread.
+    del model, opt
     dist.destroy_process_group()
 
 
