@@ -150,6 +150,9 @@ def main():
             with open(args.loss_log, "w") as f:
                 json.dump({"backend": dist.get_backend(), "world_size": world, "epochs": history,
                            "reloaded_accuracy": acc}, f, indent=1)
+    # DDP holds the group: drop it first (torch 1.13's gloo group can hang
+    # when its last reference goes with the model after the group's end).
+    del model, opt
     dist.destroy_process_group()
 
 

@@ -6,6 +6,7 @@ float tolerance). Usage: test_train_digits.py KAITIAN_CLI [--nproc N]."""
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -15,9 +16,29 @@ EXAMPLE = os.path.join(HERE, "..", "..", "examples", "train_digits.py")
 
 
 def train(cli, backend, nproc, log):
+    """Run the example; the parsed loss log. A kaitian job must exit 0 within
+    the limit. A gloo job that wrote its complete log and then hangs is killed
+    and its log used: torch 1.13's ProcessGroupGloo can deadlock while being
+    destroyed (its worker thread, holding the work queue's lock, waits for
+    the GIL the destroying thread holds), which is gloo's exit, not this
+    test's subject."""
     cmd = [cli, "run", "-n", str(nproc), EXAMPLE, "--backend", backend, "--seed", "3", "--loss-log", log]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=400)
-    print(p.stdout)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        print(out)
+        done = backend == "gloo" and os.path.exists(log) and os.path.getsize(log) > 0
+        if not done:
+            sys.exit(f"FAIL: {backend} run did not finish within 150 s")
+        print(f"NOTE: the {backend} run wrote its loss log, then hung at exit (torch's "
+              f"ProcessGroupGloo shutdown); killed it")
+        with open(log) as f:
+            return json.load(f)
+    print(out)
     if p.returncode != 0:
         sys.exit(f"FAIL: {backend} run exited with {p.returncode}")
     with open(log) as f:
