@@ -60,3 +60,19 @@ now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
 # A free TCP port: the launcher's own MASTER_PORT on one node is one.
 free_port() { "$KT" run --no-prefix -n 1 sh -c 'echo $MASTER_PORT'; }
+
+# with_shm SIZE CMD...: run CMD with a private tmpfs of SIZE (e.g. 2m) on
+# /dev/shm, in a mount namespace (as in a container with a small /dev/shm).
+with_shm() {
+  size=$1
+  shift
+  unshare --mount sh -c "mount -t tmpfs -o size=$size tmpfs /dev/shm && exec \"\$@\"" sh "$@"
+}
+# need_mount_ns: skip the test (exit 77) where with_shm cannot work (needs root).
+need_mount_ns() {
+  if ! unshare --mount sh -c 'mount -t tmpfs -o size=2m tmpfs /dev/shm' 2>"$TMP/unshare"; then
+    echo "SKIP: cannot mount a small /dev/shm in a mount namespace: $(cat "$TMP/unshare")"
+    rm -rf "$TMP"
+    exit 77
+  fi
+}

@@ -9,14 +9,8 @@
 
 PY=${PYTHON:-/usr/bin/python3}
 [ -x "$PY" ] || PY=$(command -v python3) || { echo "SKIP: no python3"; rm -rf "$TMP"; exit 77; }
-if ! unshare --mount sh -c 'mount -t tmpfs -o size=2m tmpfs /dev/shm' 2>"$TMP/unshare"; then
-  echo "SKIP: cannot mount a small /dev/shm in a mount namespace: $(cat "$TMP/unshare")"
-  rm -rf "$TMP"
-  exit 77
-fi
-small() { # run "$@" with a 2 MiB /dev/shm
-  unshare --mount sh -c 'mount -t tmpfs -o size=2m tmpfs /dev/shm && exec "$@"' sh "$@"
-}
+need_mount_ns
+small() { with_shm 2m "$@"; } # run "$@" with a 2 MiB /dev/shm
 
 # Rank 0 runs out of a 2 MiB /dev/shm and removes the segment while other
 # ranks may still be waiting for it to appear, then stays alive (as a Python

@@ -7,14 +7,8 @@
 # Args: KAITIAN_CLI
 . "$(dirname "$0")/lib.sh" "$@"
 
-if ! unshare --mount sh -c 'mount -t tmpfs -o size=2m tmpfs /dev/shm' 2>"$TMP/unshare"; then
-  echo "SKIP: cannot mount a small /dev/shm in a mount namespace: $(cat "$TMP/unshare")"
-  rm -rf "$TMP"
-  exit 77
-fi
-small() { # run "$@" with a 2 MiB /dev/shm
-  unshare --mount sh -c 'mount -t tmpfs -o size=2m tmpfs /dev/shm && exec "$@"' sh "$@"
-}
+need_mount_ns
+small() { with_shm 2m "$@"; } # run "$@" with a 2 MiB /dev/shm
 small "$KT" run -n 2 "$KT" bench -C allreduce -b 8 -e 1K -n 2 -w 0 -c 1 >"$TMP/out" 2>"$TMP/err"
 rc=$?
 [ "$rc" != 0 ] || fail "a job whose segment does not fit /dev/shm exited 0"
@@ -24,9 +18,7 @@ expect_grep 'No space left on device \(is /dev/shm large enough\? KAITIAN_SHM_CH
 # Room for one rank's part of the segment (about 4.5 MiB each with these
 # sizes) but not for both: the rank that runs out reports it, the other stops
 # at once with that rank's reason instead of waiting for it.
-smallish() { # run "$@" with a 6 MiB /dev/shm
-  unshare --mount sh -c 'mount -t tmpfs -o size=6m tmpfs /dev/shm && exec "$@"' sh "$@"
-}
+smallish() { with_shm 6m "$@"; } # run "$@" with a 6 MiB /dev/shm
 t0=$(now_ms)
 smallish env KAITIAN_SHM_CHUNK_BYTES=1048576 KAITIAN_SHM_P2P_BYTES=262144 \
   "$KT" run -n 2 "$KT" bench -C allreduce -b 8 -e 1K -n 2 -w 0 -c 1 >"$TMP/out" 2>"$TMP/err"
