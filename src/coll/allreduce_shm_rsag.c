@@ -48,22 +48,8 @@ kt_result kt__allreduce_shm_rsag(kt__exec *ex) {
     KT_CHECK(kt__shm_wait(ex, -1, step));
     size_t lo = KT_MIN((size_t)me * share, len), hi = KT_MIN(lo + share, len), cnt = hi - lo;
     char *res = kt__shm_region(c, me, 1, par) + lo * es;
-    /* Reduced a block at a time on the stack (L1), then copied to the output
-     * and put into shm with kt__copy_shared (see KT_SHM_BLOCK): the own
-     * share needs no copy-out from shm. In place, the block's input has been
-     * read by then. */
-    _Alignas(64) char blk[KT_SHM_BLOCK];
-    for (size_t b0 = 0; b0 < cnt; b0 += KT_SHM_BLOCK / es) {
-      size_t bn = KT_MIN(KT_SHM_BLOCK / es, cnt - b0), at = (lo + b0) * es;
-      const char *own = in + base * es + at;
-      /* In rank order, my own part from my input. */
-      reduce(blk, me == 0 ? own : kt__shm_region(c, 0, 0, par) + at, me == 1 ? own : kt__shm_region(c, 1, 0, par) + at,
-             bn);
-      for (int r = 2; r < p; r++) reduce(blk, blk, r == me ? own : kt__shm_region(c, r, 0, par) + at, bn);
-      kt__op_finalize(op, blk, bn, p);
-      memcpy(out + base * es + at, blk, bn * es);
-      kt__copy_shared(res + b0 * es, blk, bn * es);
-    }
+    /* My share into my output too: it needs no copy-out from shm. */
+    kt__shm_reduce_share(ex, reduce, par, lo, cnt, in + (base + lo) * es, out + (base + lo) * es, res);
     step = kt__shm_post(ex);
     KT_CHECK(kt__shm_wait(ex, -1, step));
     for (int r = 0; r < p; r++) {

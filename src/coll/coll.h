@@ -80,6 +80,15 @@ static inline int kt__mod(int a, int p) { return ((a % p) + p) % p; }
  * against 37 GB/s for rep movsb. */
 #define KT_SHM_BLOCK 8192
 
+/* The reduce-scatter step of the shm reductions (reduce_shm.c): reduce
+ * elements [lo, lo + cnt) of the current chunk across all ranks, in rank
+ * order, rank r's part read from its region 0 of parity par and this rank's
+ * from own, a block of KT_SHM_BLOCK bytes at a time on the stack. Each block
+ * is finalized, copied to out (when not NULL) and put into res with
+ * kt__copy_shared. own may equal out (in place). */
+KT_INTERNAL void kt__shm_reduce_share(kt__exec *ex, kt__reduce_fn reduce, int par, size_t lo, size_t cnt,
+                                      const char *own, char *out, char *res);
+
 /* The last step of a reduction of p ranks: AVG divides by p, unless the op
  * is a phase of a parent's op (the parent divides once, by its own size). */
 static inline void kt__op_finalize(const kt__op *op, void *buf, size_t n, int p) {

@@ -10,6 +10,25 @@
 
 #include <string.h>
 
+void kt__shm_reduce_share(kt__exec *ex, kt__reduce_fn reduce, int par, size_t lo, size_t cnt,
+                          const char *own, char *out, char *res) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm;
+  int p = c->size, me = c->rank;
+  size_t es = kt_dtype_size(op->dtype);
+  _Alignas(64) char blk[KT_SHM_BLOCK];
+  for (size_t b0 = 0; b0 < cnt; b0 += KT_SHM_BLOCK / es) {
+    size_t bn = KT_MIN(KT_SHM_BLOCK / es, cnt - b0), at = (lo + b0) * es;
+    const char *mine = own + b0 * es;
+    reduce(blk, me == 0 ? mine : kt__shm_region(c, 0, 0, par) + at, me == 1 ? mine : kt__shm_region(c, 1, 0, par) + at,
+           bn);
+    for (int r = 2; r < p; r++) reduce(blk, blk, r == me ? mine : kt__shm_region(c, r, 0, par) + at, bn);
+    kt__op_finalize(op, blk, bn, p);
+    if (out) memcpy(out + b0 * es, blk, bn * es);
+    kt__copy_shared(res + b0 * es, blk, bn * es);
+  }
+}
+
 kt_result kt__reduce_shm(kt__exec *ex) {
   const kt__op *op = ex->op;
   struct kt_comm_s *c = ex->comm;
@@ -33,23 +52,9 @@ kt_result kt__reduce_shm(kt__exec *ex) {
     }
     uint64_t step = kt__shm_post(ex);
     KT_CHECK(kt__shm_wait(ex, -1, step));
-    size_t lo = KT_MIN((size_t)me * share, len), hi = KT_MIN(lo + share, len), cnt = hi - lo;
-    if (cnt) {
-      char *res = kt__shm_region(c, me, 1, par) + lo * es;
-      const char *mypart = in + (base + lo) * es;
-      /* Reduced a block at a time on the stack, then put into shm by
-       * kt__copy_shared (see KT_SHM_BLOCK). */
-      _Alignas(64) char blk[KT_SHM_BLOCK];
-      for (size_t b0 = 0; b0 < cnt; b0 += KT_SHM_BLOCK / es) {
-        size_t bn = KT_MIN(KT_SHM_BLOCK / es, cnt - b0), at = (lo + b0) * es;
-        const char *own = mypart + b0 * es;
-        reduce(blk, me == 0 ? own : kt__shm_region(c, 0, 0, par) + at, me == 1 ? own : kt__shm_region(c, 1, 0, par) + at,
-               bn);
-        for (int r = 2; r < p; r++) reduce(blk, blk, r == me ? own : kt__shm_region(c, r, 0, par) + at, bn);
-        kt__op_finalize(op, blk, bn, p);
-        kt__copy_shared(res + b0 * es, blk, bn * es);
-      }
-    }
+    size_t lo = KT_MIN((size_t)me * share, len), hi = KT_MIN(lo + share, len);
+    kt__shm_reduce_share(ex, reduce, par, lo, hi - lo, in + (base + lo) * es, NULL,
+                         kt__shm_region(c, me, 1, par) + lo * es);
     step = kt__shm_post(ex);
     if (me == op->root) {
       KT_CHECK(kt__shm_wait(ex, -1, step));

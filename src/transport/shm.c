@@ -54,9 +54,9 @@ typedef struct shm_slot {
    * episode number changes every time it starts waiting. */
   _Atomic uint64_t blocked;
   /* Written once at setup, before this rank counts itself mapped: the CPUs
-   * it may run on (bit i: CPU i), when its mask fits in 1024 CPUs. */
+   * it may run on (bit i: CPU i), when its mask fits in a cpu_set_t. */
   uint32_t cpus_known;
-  uint64_t cpus[16];
+  uint64_t cpus[CPU_SETSIZE / 64];
 } shm_slot;
 
 _Static_assert(sizeof(shm_hdr) <= SHM_HDR_BYTES, "header fits");
@@ -130,12 +130,12 @@ static inline void cpu_relax(void) {
 
 /* ---- setup ---------------------------------------------------------------- */
 
-/* My affinity mask into my slot (left unknown beyond 1024 CPUs). */
+/* My affinity mask into my slot (left unknown when it does not fit). */
 static void publish_cpus(shm_slot *me) {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) != 0) return;
-  for (int cpu = 0; cpu < CPU_SETSIZE && cpu < 1024; cpu++)
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
     if (CPU_ISSET(cpu, &set)) me->cpus[cpu / 64] |= 1ull << (cpu % 64);
   me->cpus_known = 1;
 }
@@ -144,17 +144,17 @@ static void publish_cpus(shm_slot *me) {
  * affinity masks (so `taskset -c 0 kaitian run -n 2` counts 1), or the online
  * CPUs when a rank's mask is unknown. Every rank has published its mask. */
 static int local_cpus(void *base, int n) {
-  uint64_t all[16] = {0};
+  uint64_t all[CPU_SETSIZE / 64] = {0};
   for (int r = 0; r < n; r++) {
     const shm_slot *sl = slot_at(base, r);
     if (!sl->cpus_known) {
       long online = sysconf(_SC_NPROCESSORS_ONLN);
       return online > 0 ? (int)online : 0;
     }
-    for (int w = 0; w < 16; w++) all[w] |= sl->cpus[w];
+    for (int w = 0; w < CPU_SETSIZE / 64; w++) all[w] |= sl->cpus[w];
   }
   int count = 0;
-  for (int w = 0; w < 16; w++) count += __builtin_popcountll(all[w]);
+  for (int w = 0; w < CPU_SETSIZE / 64; w++) count += __builtin_popcountll(all[w]);
   return count;
 }
 
