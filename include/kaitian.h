@@ -231,6 +231,31 @@ KT_API kt_result kt_cq_post(kt_cq cq, uint64_t tag);
 KT_API kt_result kt_cq_wait(kt_cq cq, uint64_t *tag, int64_t timeout_ms);
 
 /* ------------------------------------------------------------------------ */
+/* Buffers the ranks of a host share                                          */
+/* ------------------------------------------------------------------------ */
+
+/* An allreduce among ranks of one host runs single-copy when every rank's
+ * buffers are registered: each rank reduces its share of the message straight
+ * from the peers' buffers and writes the result into all of them (half the
+ * memory traffic of copying through the communicator's segment). The peers map
+ * a registered buffer through /proc/<pid>/fd/<fd> of the rank that owns it.
+ * Registration is per process, not per communicator; unregistered buffers,
+ * ranks that registered nothing and multi-host communicators keep the copying
+ * algorithms, and results are the same either way.
+ *
+ * kt_mem_alloc: bytes (> 0) of zeroed, page-aligned memory backed by a memfd,
+ * registered; free it with kt_mem_free. */
+KT_API kt_result kt_mem_alloc(size_t bytes, void **ptr);
+KT_API kt_result kt_mem_free(void *ptr);
+/* Register memory that is a MAP_SHARED mapping of fd: buf holds the file's
+ * bytes from offset on. fd must stay open and mapped there until kt_mem_deregister (a
+ * registration whose fd was closed or now names another file is dropped when
+ * next used). Registering a range that overlaps a registered one replaces it. */
+KT_API kt_result kt_mem_register(void *buf, size_t bytes, int fd, uint64_t offset);
+/* Forget the registration starting at buf; KT_ERR_INVALID_ARGUMENT if none. */
+KT_API kt_result kt_mem_deregister(void *buf);
+
+/* ------------------------------------------------------------------------ */
 /* Collectives                                                               */
 /* ------------------------------------------------------------------------ */
 

@@ -165,6 +165,8 @@ COLLECTIVES = tuple(_COLL)
 for _name, _args in _COLL.items():
     _decl("kt_" + _name, c_int, *_args)
     _decl("kt_i" + _name, c_int, *(_args + (_R,)))
+_decl("kt_mem_register", c_int, c_void_p, c_size_t, c_int, c_uint64)
+_decl("kt_mem_deregister", c_int, c_void_p)
 _decl("kt_sendrecv", c_int, c_void_p, c_size_t, c_int, c_void_p, c_size_t, c_int, c_int, c_int, c_void_p)
 
 

@@ -27,6 +27,7 @@ import torch.distributed.distributed_c10d as c10d_py
 from . import _completion as C
 from . import _lib
 from . import _tensors as T
+from ._shared import Sharer
 from ._store import StoreBridge
 
 _c10d = torch._C._distributed_c10d
@@ -255,6 +256,7 @@ class ProcessGroupKaitian(_Base):
         self._store = store
         self._timeout_ms = _ms(timeout)
         self._outstanding = C.InFlight()
+        self._sharer = Sharer()
         self._recv_counts = {}  # (src, tag) -> messages received (for recv from any source)
         # A generation per creation over this store, the same on every rank: a
         # group created again (after destroy) over a reused store never reads
@@ -368,12 +370,18 @@ class ProcessGroupKaitian(_Base):
         op, opname = _reduce_op(opts)
         if t.is_sparse:
             return self._sparse_allreduce(t, tensors, op, opname, mode)
+        # From C++ (DDP's reducer): a bucket may move into shared memory
+        # (_shared.py), before its address is taken.
+        shared = self._sharer.prepare(t) if mode == OTHER else None
         b = T.stage(t, op=op)
+        finish = b.writeback if b._back else None
+        if shared is not None:
+            finish = self._sharer.after(shared, finish)
         return self._submit(
             self._comm, "allreduce", (b.ptr, b.ptr, b.count, b.dt, op),
             lambda: f"rank {self._rank} of {self._size}: allreduce of {t.numel()} {t.dtype} "
                     f"({opname})",
-            mode, tensors, (b, tensors), b.writeback if b._back else None)
+            mode, tensors, (b, tensors), finish)
 
     def _completed(self, mode, result):
         if mode == SYNC:

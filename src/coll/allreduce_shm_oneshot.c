@@ -5,13 +5,20 @@
  *
  * All ranks on one host; count * size <= the region (KAITIAN_SHM_CHUNK_BYTES).
  * Cost: one post + wait (~sub-microsecond when spinning); memory traffic
- * 2n (copy-in) + p n (reads) + n (write). For small messages. */
+ * 2n (copy-in) + p n (reads) + n (write). For small messages. Single-copy
+ * instead when every rank's buffers are registered (allreduce_shm_direct.c). */
 #include "coll.h"
 
 #include "reduce/reduce.h"
 #include "transport/shm.h"
 
 #include <string.h>
+
+static void copy_in(kt__exec *ex, void *par) {
+  const kt__op *op = ex->op;
+  kt__copy_shared(kt__shm_region(ex->comm, ex->comm->rank, 0, *(int *)par), op->sendbuf,
+                  op->count * kt_dtype_size(op->dtype));
+}
 
 kt_result kt__allreduce_shm_oneshot(kt__exec *ex) {
   const kt__op *op = ex->op;
@@ -21,12 +28,18 @@ kt_result kt__allreduce_shm_oneshot(kt__exec *ex) {
   if (bytes > kt__shm_region_bytes(c))
     return kt__err(KT_ERR_INTERNAL, "shm_oneshot called for %zu bytes (region %zu)", bytes, kt__shm_region_bytes(c));
   kt__shm_op_begin(ex);
+  bool offered = bytes && kt__shm_direct_offer(ex, op->sendbuf, op->recvbuf, bytes);
   int par;
   KT_CHECK(kt__shm_iter_begin(ex, &par));
-  if (bytes) kt__copy_shared(kt__shm_region(c, c->rank, 0, par), op->sendbuf, bytes);
+  if (bytes && !offered) copy_in(ex, &par);
   uint64_t step = kt__shm_post(ex);
   KT_CHECK(kt__shm_wait(ex, -1, step));
   if (!bytes) return KT_SUCCESS;
+  if (bytes >= (size_t)kt__param_SHM_DIRECT_BYTES()) {
+    bool done;
+    KT_CHECK(kt__allreduce_shm_direct(ex, offered, copy_in, &par, &done));
+    if (done) return KT_SUCCESS;
+  }
   kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
   char *dst = op->recvbuf;
   reduce(dst, kt__shm_region(c, 0, 0, par), kt__shm_region(c, 1, 0, par), n);

@@ -89,6 +89,18 @@ static inline int kt__mod(int a, int p) { return ((a % p) + p) % p; }
 KT_INTERNAL void kt__shm_reduce_share(kt__exec *ex, kt__reduce_fn reduce, int par, size_t lo, size_t cnt,
                                       const char *own, char *out, char *res);
 
+/* Single-copy allreduce (allreduce_shm_direct.c), for the shm allreduce
+ * algorithms. Before its first post an algorithm calls kt__shm_direct_offer
+ * and, when it offered, skips copying its input in. After that post's wait,
+ * when the message has at least KAITIAN_SHM_DIRECT_BYTES (the same on every
+ * rank, as every tuning parameter), it calls this: if every rank offered and
+ * every rank could map the others' buffers, the whole op runs single-copy and
+ * *done is set; otherwise a rank that offered runs copy_in(ex, arg) after all,
+ * every rank posts once more and waits, and the algorithm goes on as if it
+ * had copied in at first. */
+KT_INTERNAL kt_result kt__allreduce_shm_direct(kt__exec *ex, bool offered, void (*copy_in)(kt__exec *, void *),
+                                               void *arg, bool *done);
+
 /* The last step of a reduction of p ranks: AVG divides by p, unless the op
  * is a phase of a parent's op (the parent divides once, by its own size). */
 static inline void kt__op_finalize(const kt__op *op, void *buf, size_t n, int p) {

@@ -2,6 +2,8 @@
  * step counters, futex sleeping, liveness and signature checks. See shm.h. */
 #include "shm.h"
 
+#include "memreg.h"
+
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -18,7 +20,8 @@
 
 #define SHM_MAGIC 0x314d48535454424bull /* "KBTTSHM1" */
 #define SHM_HDR_BYTES 4096
-#define SHM_SLOT_BYTES 256
+#define SHM_SLOT_BYTES 512
+#define SHM_MAPS 4 /* peers' registered buffers kept mapped, per peer */
 #define SHM_LIVENESS_NS 100000000 /* check pids and sockets every 100 ms asleep */
 #define SHM_CYCLE_MAX 64         /* longest cycle of waiting sends looked for */
 
@@ -57,6 +60,11 @@ typedef struct shm_slot {
    * it may run on (bit i: CPU i), when its mask fits in a cpu_set_t. */
   uint32_t cpus_known;
   uint64_t cpus[CPU_SETSIZE / 64];
+  /* Single-copy allreduce, per op: written before the op's first post (offer,
+   * buffers) and before its second (ok). */
+  uint32_t direct_offer; /* 1: this rank's buffers are registered, in dbuf */
+  uint32_t direct_ok;    /* 1: it mapped every peer's buffers */
+  kt__membuf dbuf[2];    /* send, receive */
 } shm_slot;
 
 _Static_assert(sizeof(shm_hdr) <= SHM_HDR_BYTES, "header fits");
@@ -81,6 +89,17 @@ struct kt__shm {
   char *chans;           /* point-to-point rings, one per ordered pair */
   size_t p2p;            /* bytes of each ring */
   uint32_t episode;      /* my send-only waits so far (slot's blocked) */
+  struct peer_map *maps; /* peers' registered buffers mapped here, SHM_MAPS per rank */
+  uint64_t map_clock;    /* for least-recently-used eviction */
+  bool direct_off;       /* mapping a peer's buffer failed once: offer no more */
+};
+
+/* A peer's registered buffer (a whole file) mapped into this process. */
+struct peer_map {
+  uint64_t dev, ino;
+  char *base; /* NULL: unused */
+  size_t len;
+  uint64_t used;
 };
 
 /* Head of the ring from one rank to another; the ring's bytes follow. Each
@@ -319,6 +338,8 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
   int ncpu = local_cpus(base, n);
   s->oversubscribed = ncpu > 0 && n > ncpu;
   s->spin_ns = kt__param_SHM_SPIN_NS();
+  s->maps = calloc((size_t)n * SHM_MAPS, sizeof *s->maps);
+  s->direct_off = !s->maps || kt__param_SHM_DIRECT_BYTES() <= 0;
   c->shm = s;
   KT_INFO("rank %d: shared memory %s: %d ranks on %d CPU(s), %zu-byte regions, %zu bytes%s", c->rank, name, n, ncpu,
           region, bytes, s->oversubscribed ? " (oversubscribed: yielding)" : "");
@@ -333,6 +354,9 @@ fail:
 
 void kt__shm_close(struct kt_comm_s *c) {
   if (!c->shm) return;
+  for (int i = 0; c->shm->maps && i < c->shm->n * SHM_MAPS; i++)
+    if (c->shm->maps[i].base) munmap(c->shm->maps[i].base, c->shm->maps[i].len);
+  free(c->shm->maps);
   munmap(c->shm->base, c->shm->bytes);
   free(c->shm);
   c->shm = NULL;
@@ -730,3 +754,84 @@ kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int 
   }
   return KT_SUCCESS;
 }
+
+/* ---- single-copy allreduce: the peers' registered buffers ------------------ */
+
+bool kt__shm_direct_offer(kt__exec *ex, const void *send, const void *recv, size_t bytes) {
+  kt__shm *s = ex->comm->shm;
+  shm_slot *me = slot(s, s->me);
+  bool offer = !s->direct_off && bytes >= (size_t)kt__param_SHM_DIRECT_BYTES() &&
+               kt__memreg_find(send, bytes, &me->dbuf[0]) &&
+               (send == recv ? (me->dbuf[1] = me->dbuf[0], true) : kt__memreg_find(recv, bytes, &me->dbuf[1]));
+  me->direct_offer = offer;
+  return offer;
+}
+
+bool kt__shm_direct_offered(kt__exec *ex, int r) { return slot(ex->comm->shm, r)->direct_offer != 0; }
+
+/* Map the file of b (registered by rank r) or find it mapped; the address of
+ * its byte b->off, bytes long; NULL with the reason in why. */
+static char *map_peer_buf(struct kt_comm_s *c, int r, const kt__membuf *b, size_t bytes, char *why, size_t cap) {
+  kt__shm *s = c->shm;
+  struct peer_map *m = &s->maps[(size_t)r * SHM_MAPS], *victim = m;
+  for (int i = 0; i < SHM_MAPS; i++) {
+    if (m[i].base && m[i].dev == b->dev && m[i].ino == b->ino && b->off <= m[i].len && bytes <= m[i].len - b->off) {
+      m[i].used = ++s->map_clock;
+      return m[i].base + b->off;
+    }
+    if (!m[i].base || (victim->base && m[i].used < victim->used)) victim = &m[i];
+  }
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd/%d", c->peer_pid[r], (int)b->fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(why, cap, "cannot open %s: %s", path, strerror(errno));
+    return NULL;
+  }
+  struct stat st;
+  char *base = NULL;
+  if (fstat(fd, &st) != 0) {
+    snprintf(why, cap, "fstat %s: %s", path, strerror(errno));
+  } else if ((uint64_t)st.st_dev != b->dev || (uint64_t)st.st_ino != b->ino) {
+    snprintf(why, cap, "%s is no longer the registered file", path); /* closed meanwhile: a peer's bug */
+  } else if ((uint64_t)st.st_size < b->off || bytes > (uint64_t)st.st_size - b->off) {
+    snprintf(why, cap, "%s has %lld bytes, fewer than the %zu at offset %llu", path, (long long)st.st_size, bytes,
+             (unsigned long long)b->off);
+  } else {
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (p == MAP_FAILED) snprintf(why, cap, "mmap %s: %s", path, strerror(errno));
+    else base = p;
+  }
+  close(fd);
+  if (!base) return NULL;
+  if (victim->base) munmap(victim->base, victim->len);
+  *victim = (struct peer_map){b->dev, b->ino, base, (size_t)st.st_size, ++s->map_clock};
+  return base + b->off;
+}
+
+bool kt__shm_direct_map(kt__exec *ex, char **send, char **recv, size_t bytes) {
+  struct kt_comm_s *c = ex->comm;
+  kt__shm *s = c->shm;
+  bool ok = true;
+  for (int r = 0; r < s->n && ok; r++) {
+    if (r == s->me) continue;
+    const shm_slot *peer = slot(s, r);
+    char why[256] = "";
+    send[r] = map_peer_buf(c, r, &peer->dbuf[0], bytes, why, sizeof why);
+    recv[r] = !send[r] ? NULL
+              : memcmp(&peer->dbuf[1], &peer->dbuf[0], sizeof peer->dbuf[0]) == 0
+                  ? send[r]
+                  : map_peer_buf(c, r, &peer->dbuf[1], bytes, why, sizeof why);
+    if (!recv[r]) {
+      ok = false;
+      s->direct_off = true;
+      KT_WARN("rank %d: cannot map rank %d's registered buffer (%s): allreduce copies through shared memory "
+              "from now on",
+              c->rank, r, why);
+    }
+  }
+  slot(s, s->me)->direct_ok = ok;
+  return ok;
+}
+
+bool kt__shm_direct_ok(kt__exec *ex, int r) { return slot(ex->comm->shm, r)->direct_ok != 0; }

@@ -7,6 +7,7 @@
  * between output blocks and unchanged inputs. Exit status 0 only when every
  * rank saw every result right. */
 #include "coll_ref.h"
+#include "core/memreg.h" /* kt__memreg_direct_runs */
 #include "kaitian.h"
 
 #include <errno.h>
@@ -58,6 +59,7 @@ static struct {
   long cases;    /* cases run on this rank */
   long failures; /* cases with at least one wrong element/byte on this rank */
   long corrupted; /* selftest: corruptions made (each must be noticed) */
+  int registered; /* --registered: 0 none, 1 every rank's buffers, 2 rank 0's only */
 } T;
 
 #define ODD_COUNT 1531
@@ -108,6 +110,7 @@ static void fatal_call(const char *what, const char *call, kt_result rc) {
 typedef struct gbuf {
   uint8_t *base; /* GUARD bytes, body, GUARD bytes; NULL when unused */
   size_t bytes;
+  bool registered; /* from kt_mem_alloc */
 } gbuf;
 
 static uint8_t guard_byte(size_t i) { return (uint8_t)(0xa5u ^ (i * 7u)); }
@@ -117,7 +120,19 @@ static uint8_t *gb_ptr(const gbuf *b) { return b->base ? b->base + GUARD : NULL;
 /* Body filled with the garbage pattern (so an unwritten output is noticed). */
 static void gb_alloc(gbuf *b, size_t bytes) {
   b->bytes = bytes;
-  b->base = malloc(bytes + 2 * GUARD);
+  b->registered = T.registered == 1 || (T.registered == 2 && T.rank == 0);
+  if (b->registered) {
+    void *p = NULL;
+    kt_result rc = kt_mem_alloc(bytes + 2 * GUARD, &p);
+    if (rc != KT_SUCCESS) {
+      fprintf(stderr, "FAIL rank %d: kt_mem_alloc(%zu): %s: %s\n", T.rank, bytes + 2 * GUARD, kt_strerror(rc),
+              kt_last_error());
+      exit(1);
+    }
+    b->base = p;
+  } else {
+    b->base = malloc(bytes + 2 * GUARD);
+  }
   if (!b->base) {
     fprintf(stderr, "FAIL rank %d: cannot allocate %zu bytes for a test buffer\n", T.rank, bytes);
     exit(1);
@@ -130,7 +145,12 @@ static void gb_alloc(gbuf *b, size_t bytes) {
 }
 
 static void gb_free(gbuf *b) {
-  free(b->base);
+  if (b->registered) {
+    kt_result rc = kt_mem_free(b->base);
+    if (rc != KT_SUCCESS) fprintf(stderr, "FAIL rank %d: kt_mem_free: %s\n", T.rank, kt_last_error()), T.failures++;
+  } else {
+    free(b->base);
+  }
   b->base = NULL;
 }
 
@@ -900,6 +920,8 @@ static void usage(const char *argv0) {
           "       [--count N: only that count (0, 1, 1531 or a dtype's large count)]\n"
           "       [--selftest: also corrupt each result and require the checks to notice]\n"
           "       [--drop-rank R: split rank R off and test on the other ranks' communicator]\n"
+          "       [--registered all|rank0: buffers from kt_mem_alloc on every rank (allreduce must then\n"
+          "        run single-copy at least once) or on rank 0 only (it must never)]\n"
           "collectives:",
           argv0);
   for (int i = 0; i < C_NCOLL; i++) fprintf(stderr, " %s", colls[i].name);
@@ -938,6 +960,10 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) T.seed = strtoull(argv[++i], NULL, 0);
     else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) T.only_count = atol(argv[++i]);
     else if (strcmp(argv[i], "--drop-rank") == 0 && i + 1 < argc) drop = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--registered") == 0 && i + 1 < argc && strcmp(argv[i + 1], "all") == 0)
+      T.registered = 1, i++;
+    else if (strcmp(argv[i], "--registered") == 0 && i + 1 < argc && strcmp(argv[i + 1], "rank0") == 0)
+      T.registered = 2, i++;
     else usage(argv[0]);
   }
   if (!any)
@@ -989,6 +1015,17 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
 
+  if (T.registered) { /* the single-copy path ran where it should, and only there */
+    unsigned long long runs = (unsigned long long)kt__memreg_direct_runs;
+    bool want = T.registered == 1 && T.want[C_ALLREDUCE] && T.size > 1;
+    if (want != (runs > 0)) {
+      fprintf(stderr, "FAIL rank %d: %llu allreduce(s) ran single-copy; expected %s\n", T.rank, runs,
+              want ? "some" : "none");
+      T.failures++;
+    } else if (T.rank == 0) {
+      printf("coll_test: %llu allreduce(s) ran single-copy on rank 0\n", runs);
+    }
+  }
   /* every rank learns the total, so all exit with the same status */
   int64_t fails = T.failures, total = 0;
   rc = kt_allreduce(&fails, &total, 1, KT_INT64, KT_SUM, T.comm);

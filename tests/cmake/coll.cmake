@@ -91,6 +91,16 @@ foreach(np 2 3 4)
   kt_coll_test(coll.np${np}.shm_small_chunks ${np} 300 "KAITIAN_SHM_CHUNK_BYTES=4160;KAITIAN_SHM_ONESHOT_BYTES=0" --quick)
 endforeach()
 
+# Single-copy allreduce: buffers from kt_mem_alloc and single-copy from 1
+# byte up (through shm_oneshot up to 64 KiB, shm_rsag above); then buffers
+# registered on rank 0 only, with small regions, so the ranks disagree and
+# must copy, in many chunks, and get the same results.
+foreach(np 2 3 4)
+  kt_coll_test(coll.np${np}.shm_direct ${np} 300 "KAITIAN_SHM_DIRECT_BYTES=1" --coll allreduce,mixed --registered all)
+endforeach()
+kt_coll_test(coll.np3.shm_direct_mixed 3 300 "KAITIAN_SHM_DIRECT_BYTES=1;KAITIAN_SHM_CHUNK_BYTES=4160"
+  --coll allreduce,mixed --registered rank0 --quick)
+
 # The checks themselves must be able to fail: corrupt every result in several
 # ways (output element, guard byte, input, gap) and require each to be caught.
 kt_coll_test(coll.np3.selftest 3 600 "" --quick --selftest)

@@ -9,8 +9,12 @@
   - DDP: after a few steps every rank's parameters equal those of one process
     training on the whole batch; with a comm hook over async all_reduce the
     first bucket's communication completes before the last bucket is even
-    ready (communication overlaps backward).
+    ready (communication overlaps backward);
+  - DDP's gradient buckets move into shared memory and are registered, with
+    and without gradient_as_bucket_view, and training still matches a float64
+    single process; a tensor all-reduced from Python never moves.
 """
+import copy
 import os
 import sys
 import threading
@@ -139,10 +143,57 @@ def ddp_overlaps():
     assert overlapped, "no bucket's communication completed before backward issued the last one"
 
 
+def ddp_shared_buckets():
+    pg = dist.distributed_c10d._get_default_group()
+    for view in (False, True):
+        pg._sharer.registered.clear()
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(96, 640), nn.Tanh(), nn.Linear(640, 640), nn.Tanh(), nn.Linear(640, 7))
+        ref = copy.deepcopy(net).double()
+        # 2 MiB of gradients: DDP's 1 MiB first bucket, then 0.25 MiB ones.
+        model = nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.25, gradient_as_bucket_view=view)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        ropt = torch.optim.SGD(ref.parameters(), lr=0.05)
+        g = torch.Generator().manual_seed(2)
+        for _ in range(6):
+            xs = [torch.randn(5, 96, generator=g) for _ in range(WS)]
+            ys = [torch.randn(5, 7, generator=g) for _ in range(WS)]
+            opt.zero_grad(set_to_none=False)
+            nn.functional.mse_loss(model(xs[RANK]), ys[RANK]).backward()
+            opt.step()
+            ropt.zero_grad()
+            nn.functional.mse_loss(ref(torch.cat(xs).double()), torch.cat(ys).double()).backward()
+            ropt.step()
+        for (name, p), q in zip(model.module.named_parameters(), ref.parameters()):
+            err = (p.double() - q).abs().max().item()
+            assert err < 1e-5, f"rank {RANK}: bucket view {view}: {name} is {err:.2e} off the float64 reference"
+        moved = len(pg._sharer.registered)
+        assert moved >= 2, f"rank {RANK}: bucket view {view}: {moved} bucket(s) registered, expected several"
+        if view:
+            unshared = [n for n, p in model.module.named_parameters() if not p.grad.is_shared()]
+            assert not unshared, f"rank {RANK}: gradients not in shared memory: {unshared}"
+        # The core mapped the peers' buckets (torch names its shared memory
+        # /torch_<pid>_...): the all_reduce did run in them.
+        pids = [None] * WS
+        dist.all_gather_object(pids, os.getpid())
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+        unmapped = [r for r in range(WS) if r != RANK and f"/dev/shm/torch_{pids[r]}_" not in maps]
+        assert not unmapped, f"rank {RANK}: bucket view {view}: no bucket of rank(s) {unmapped} mapped here"
+        print(f"rank {RANK}: bucket view {view}: {moved} buckets in shared memory, the peers' mapped, "
+              f"parameters match float64")
+        del model, opt
+    t = torch.ones(1 << 16)
+    for _ in range(3):
+        dist.all_reduce(t)
+    assert not t.is_shared(), "a tensor all-reduced from Python was moved into shared memory"
+    assert torch.equal(t, torch.full_like(t, float(WS ** 3))), "wrong all_reduce result"
+
+
 def main():
     dist.init_process_group("kaitian")
     for test in (returns_at_once, completes_alone, callback_waits, ddp_matches_single_process,
-                 ddp_overlaps):
+                 ddp_overlaps, ddp_shared_buckets):
         dist.barrier()
         test()
     dist.barrier()

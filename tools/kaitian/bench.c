@@ -61,7 +61,7 @@ typedef struct options {
   kt_dtype dtype;
   kt_op op;
   unsigned colls; /* bit per enum coll_id */
-  bool inplace, csv, inject;
+  bool inplace, csv, inject, registered;
 } options;
 
 #define MAX_RECORDS 10
@@ -113,6 +113,8 @@ static void print_help(FILE *f) {
       "                          gather scatter sendrecv barrier\n"
       "  -I, --inplace           in-place operation (send buffer inside the receive\n"
       "                          buffer, as NCCL defines it; sendrecv stays out of place)\n"
+      "  -M, --registered        buffers from kt_mem_alloc (registered: an allreduce on\n"
+      "                          one host runs single-copy in the peers' buffers)\n"
       "      --csv               data lines as CSV:\n"
       "                          collective,size,count,type,redop,root,time,algbw,busbw,#wrong\n"
       "      --inject-error      self-test of the checker (needs -c): corrupt one\n"
@@ -205,7 +207,7 @@ static bool parse_colls(const char *s, unsigned *out) {
   return true;
 }
 
-enum { OPT_B, OPT_E, OPT_F, OPT_N, OPT_W, OPT_D, OPT_O, OPT_R, OPT_C, OPT_COLL, OPT_I, OPT_CSV,
+enum { OPT_B, OPT_E, OPT_F, OPT_N, OPT_W, OPT_D, OPT_O, OPT_R, OPT_C, OPT_COLL, OPT_I, OPT_M, OPT_CSV,
        OPT_INJECT, OPT_HELP };
 static const struct { char shortname; const char *longname; bool arg; } optdefs[] = {
     [OPT_B] = {'b', "minbytes", true},   [OPT_E] = {'e', "maxbytes", true},
@@ -213,7 +215,8 @@ static const struct { char shortname; const char *longname; bool arg; } optdefs[
     [OPT_W] = {'w', "warmup_iters", true}, [OPT_D] = {'d', "datatype", true},
     [OPT_O] = {'o', "op", true},         [OPT_R] = {'r', "root", true},
     [OPT_C] = {'c', "check", true},      [OPT_COLL] = {'C', "coll", true},
-    [OPT_I] = {'I', "inplace", false},   [OPT_CSV] = {0, "csv", false},
+    [OPT_I] = {'I', "inplace", false},   [OPT_M] = {'M', "registered", false},
+    [OPT_CSV] = {0, "csv", false},
     [OPT_INJECT] = {0, "inject-error", false}, [OPT_HELP] = {'h', "help", false}};
 #define NUM_OPTS ((int)(sizeof optdefs / sizeof optdefs[0]))
 
@@ -294,6 +297,7 @@ static int parse_args(options *o, int argc, char **argv) {
         return 2;
       }
       if (id == OPT_I) o->inplace = true;
+      else if (id == OPT_M) o->registered = true;
       else if (id == OPT_CSV) o->csv = true;
       else o->inject = true;
       continue;
@@ -537,9 +541,9 @@ static void print_preamble(const bench *b) {
   if (b->rank != 0) return;
   const options *o = &b->o;
   printf("# kaitian bench, kaitian %s (%s)\n", kt_version_string(), kt_build_info());
-  printf("# ranks %d  datatype %s  op %s  root %d  in-place %s  check %d  warm-up %d  "
+  printf("# ranks %d  datatype %s  op %s  root %d  in-place %s  registered %s  check %d  warm-up %d  "
          "iters %d\n", b->nranks, kt__bench_dtype_name(o->dtype), kt__bench_op_name(o->op), o->root,
-         o->inplace ? "yes" : "no", o->check, o->warmup, o->iters);
+         o->inplace ? "yes" : "no", o->registered ? "yes" : "no", o->check, o->warmup, o->iters);
   printf("# sizes %llu .. %llu bytes, factor %llu; time = average over the iterations of the "
          "slowest rank\n", (unsigned long long)o->minbytes, (unsigned long long)o->maxbytes,
          (unsigned long long)o->factor);
@@ -572,6 +576,17 @@ static void print_summary(const bench *b) {
 /* Communicator, buffers, initial data. Returns 0; 1 after printing a library
  * or allocation failure; 2 for a root out of range. What it made is freed by
  * kt_tool_bench's exit path. */
+/* A buffer of b->cap bytes (at least 1), page-aligned: kt_mem_alloc with -M. */
+static bool alloc_buf(const bench *b, void **p) {
+  if (b->o.registered) return kt_mem_alloc(b->cap ? b->cap : 1, p) == KT_SUCCESS;
+  return posix_memalign(p, 4096, b->cap ? b->cap : 1) == 0;
+}
+
+static void free_buf(const bench *b, void *p) {
+  if (b->o.registered && p) kt_mem_free(p);
+  else free(p);
+}
+
 static int setup(bench *b) {
   kt_result r = kt_comm_init_env(&b->comm);
   if (r != KT_SUCCESS) {
@@ -595,11 +610,10 @@ static int setup(bench *b) {
   }
   b->esize = kt__bench_size(b->o.dtype);
   b->cap = (size_t)b->o.maxbytes;
-  if ((uint64_t)b->cap != b->o.maxbytes ||
-      posix_memalign((void **)&b->sbuf, 4096, b->cap ? b->cap : 1) != 0 ||
-      posix_memalign((void **)&b->rbuf, 4096, b->cap ? b->cap : 1) != 0) {
-    fprintf(stderr, "kaitian bench: rank %d: cannot allocate 2 buffers of %llu bytes (-e)\n",
-            b->rank, (unsigned long long)b->o.maxbytes);
+  if ((uint64_t)b->cap != b->o.maxbytes || !alloc_buf(b, (void **)&b->sbuf) || !alloc_buf(b, (void **)&b->rbuf)) {
+    fprintf(stderr, "kaitian bench: rank %d: cannot allocate 2 buffers of %llu bytes (-e)%s%s\n",
+            b->rank, (unsigned long long)b->o.maxbytes, b->o.registered ? ": " : "",
+            b->o.registered ? kt_last_error() : "");
     return 1;
   }
   /* Realistic data for the timed iterations (checked ones refill). */
@@ -638,8 +652,8 @@ int kt_tool_bench(int argc, char **argv) {
   print_summary(b);
   if (b->wrong_total || b->wrong_local) rc = 1;
 exit:
-  free(b->sbuf);
-  free(b->rbuf);
+  free_buf(b, b->sbuf);
+  free_buf(b, b->rbuf);
   if (b->comm) {
     kt_result r = kt_comm_destroy(b->comm);
     if (r != KT_SUCCESS && rc == 0) {
