@@ -28,9 +28,9 @@ kt_result kt__allreduce_shm_oneshot(kt__exec *ex) {
   if (bytes > kt__shm_region_bytes(c))
     return kt__err(KT_ERR_INTERNAL, "shm_oneshot called for %zu bytes (region %zu)", bytes, kt__shm_region_bytes(c));
   kt__shm_op_begin(ex);
-  bool offered = bytes && kt__shm_direct_offer(ex, op->sendbuf, op->recvbuf, bytes);
   int par;
   KT_CHECK(kt__shm_iter_begin(ex, &par));
+  bool offered = bytes && kt__shm_direct_offer(ex, op->sendbuf, op->recvbuf, bytes);
   if (bytes && !offered) copy_in(ex, &par);
   uint64_t step = kt__shm_post(ex);
   KT_CHECK(kt__shm_wait(ex, -1, step));

@@ -54,7 +54,7 @@ kt_result kt__allreduce_shm_rsag(kt__exec *ex) {
   kt__shm_op_begin(ex);
   if (n == 0) return KT_SUCCESS;
   kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
-  bool offered = kt__shm_direct_offer(ex, in, out, n * es);
+  bool offered = false;
   /* Elements per chunk, a multiple of p shares of whole cache lines where
    * possible. */
   size_t chunk = kt__shm_region_bytes(c) / es;
@@ -66,6 +66,7 @@ kt_result kt__allreduce_shm_rsag(kt__exec *ex) {
     size_t share = (len + (size_t)p - 1) / (size_t)p;
     int par;
     KT_CHECK(kt__shm_iter_begin(ex, &par));
+    if (base == 0) offered = kt__shm_direct_offer(ex, in, out, n * es);
     if (!offered || base > 0) copy_in(ex, par, base, len, share);
     uint64_t step = kt__shm_post(ex);
     KT_CHECK(kt__shm_wait(ex, -1, step));

@@ -90,8 +90,9 @@ KT_INTERNAL void kt__shm_reduce_share(kt__exec *ex, kt__reduce_fn reduce, int pa
                                       const char *own, char *out, char *res);
 
 /* Single-copy allreduce (allreduce_shm_direct.c), for the shm allreduce
- * algorithms. Before its first post an algorithm calls kt__shm_direct_offer
- * and, when it offered, skips copying its input in. After that post's wait,
+ * algorithms. Between its first kt__shm_iter_begin and its first post an
+ * algorithm calls kt__shm_direct_offer and, when it offered, skips copying its
+ * input in. After that post's wait,
  * when the message has at least KAITIAN_SHM_DIRECT_BYTES (the same on every
  * rank, as every tuning parameter), it calls this: if every rank offered and
  * every rank could map the others' buffers, the whole op runs single-copy and

@@ -60,11 +60,13 @@ typedef struct shm_slot {
    * it may run on (bit i: CPU i), when its mask fits in a cpu_set_t. */
   uint32_t cpus_known;
   uint64_t cpus[CPU_SETSIZE / 64];
-  /* Single-copy allreduce, per op: written before the op's first post (offer,
-   * buffers) and before its second (ok). */
-  uint32_t direct_offer; /* 1: this rank's buffers are registered, in dbuf */
-  uint32_t direct_ok;    /* 1: it mapped every peer's buffers */
-  kt__membuf dbuf[2];    /* send, receive */
+  /* Single-copy allreduce, by the parity of the op's first iteration (as the
+   * signatures: a peer may be one op ahead when this one's last wait is for
+   * nothing): written before the op's first post (offer, buffers) and before
+   * its second (ok). */
+  uint32_t direct_offer[2]; /* 1: this rank's buffers are registered, in dbuf */
+  uint32_t direct_ok[2];    /* 1: it mapped every peer's buffers */
+  kt__membuf dbuf[2][2];    /* [parity][send, receive] */
 } shm_slot;
 
 _Static_assert(sizeof(shm_hdr) <= SHM_HDR_BYTES, "header fits");
@@ -760,14 +762,17 @@ kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int 
 bool kt__shm_direct_offer(kt__exec *ex, const void *send, const void *recv, size_t bytes) {
   kt__shm *s = ex->comm->shm;
   shm_slot *me = slot(s, s->me);
-  bool offer = !s->direct_off && bytes >= (size_t)kt__param_SHM_DIRECT_BYTES() &&
-               kt__memreg_find(send, bytes, &me->dbuf[0]) &&
-               (send == recv ? (me->dbuf[1] = me->dbuf[0], true) : kt__memreg_find(recv, bytes, &me->dbuf[1]));
-  me->direct_offer = offer;
+  kt__membuf *b = me->dbuf[s->par];
+  bool offer = !s->direct_off && bytes >= (size_t)kt__param_SHM_DIRECT_BYTES() && kt__memreg_find(send, bytes, &b[0]) &&
+               (send == recv ? (b[1] = b[0], true) : kt__memreg_find(recv, bytes, &b[1]));
+  me->direct_offer[s->par] = offer;
   return offer;
 }
 
-bool kt__shm_direct_offered(kt__exec *ex, int r) { return slot(ex->comm->shm, r)->direct_offer != 0; }
+bool kt__shm_direct_offered(kt__exec *ex, int r) {
+  const kt__shm *s = ex->comm->shm;
+  return slot(s, r)->direct_offer[s->par] != 0;
+}
 
 /* Map the file of b (registered by rank r) or find it mapped; the address of
  * its byte b->off, bytes long; NULL with the reason in why. */
@@ -815,13 +820,12 @@ bool kt__shm_direct_map(kt__exec *ex, char **send, char **recv, size_t bytes) {
   bool ok = true;
   for (int r = 0; r < s->n && ok; r++) {
     if (r == s->me) continue;
-    const shm_slot *peer = slot(s, r);
+    const kt__membuf *b = slot(s, r)->dbuf[s->par];
     char why[256] = "";
-    send[r] = map_peer_buf(c, r, &peer->dbuf[0], bytes, why, sizeof why);
-    recv[r] = !send[r] ? NULL
-              : memcmp(&peer->dbuf[1], &peer->dbuf[0], sizeof peer->dbuf[0]) == 0
-                  ? send[r]
-                  : map_peer_buf(c, r, &peer->dbuf[1], bytes, why, sizeof why);
+    send[r] = map_peer_buf(c, r, &b[0], bytes, why, sizeof why);
+    recv[r] = !send[r]                                 ? NULL
+              : memcmp(&b[1], &b[0], sizeof b[0]) == 0 ? send[r]
+                                                       : map_peer_buf(c, r, &b[1], bytes, why, sizeof why);
     if (!recv[r]) {
       ok = false;
       s->direct_off = true;
@@ -830,8 +834,11 @@ bool kt__shm_direct_map(kt__exec *ex, char **send, char **recv, size_t bytes) {
               c->rank, r, why);
     }
   }
-  slot(s, s->me)->direct_ok = ok;
+  slot(s, s->me)->direct_ok[s->par] = ok;
   return ok;
 }
 
-bool kt__shm_direct_ok(kt__exec *ex, int r) { return slot(ex->comm->shm, r)->direct_ok != 0; }
+bool kt__shm_direct_ok(kt__exec *ex, int r) {
+  const kt__shm *s = ex->comm->shm;
+  return slot(s, r)->direct_ok[s->par] != 0;
+}

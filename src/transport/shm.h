@@ -60,14 +60,16 @@ KT_INTERNAL kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_
 KT_INTERNAL void kt__shm_set_aux(kt__exec *ex, int par, uint64_t v);
 KT_INTERNAL uint64_t kt__shm_get_aux(kt__exec *ex, int r, int par);
 
-/* Single-copy allreduce (allreduce_shm_rsag.c). Before the op's first post:
- * offer this rank's buffers when both are registered (kt_mem_register), the
- * message has at least KAITIAN_SHM_DIRECT_BYTES and no earlier mapping failed;
- * returns whether it offered. After the first wait, kt__shm_direct_offered
- * tells whether rank r did. When all did: kt__shm_direct_map maps every
- * peer's buffers (send[r], recv[r]; bytes each) and publishes whether that
- * worked with the next post (a failure is logged and stops later offers);
- * after that post's wait, kt__shm_direct_ok(r) is rank r's verdict. */
+/* Single-copy allreduce (allreduce_shm_direct.c). After the op's first
+ * kt__shm_iter_begin and before its first post: offer this rank's buffers
+ * when both are registered (kt_mem_register), the message has at least
+ * KAITIAN_SHM_DIRECT_BYTES and no earlier mapping failed; returns whether it
+ * offered. After the first wait, kt__shm_direct_offered tells whether rank r
+ * did. When all did: kt__shm_direct_map maps every peer's buffers (send[r],
+ * recv[r]; bytes each) and publishes whether that worked with the next post
+ * (a failure is logged and stops later offers); after that post's wait,
+ * kt__shm_direct_ok(r) is rank r's verdict. All by the parity of the
+ * iteration begun last. */
 KT_INTERNAL bool kt__shm_direct_offer(kt__exec *ex, const void *send, const void *recv, size_t bytes);
 KT_INTERNAL bool kt__shm_direct_offered(kt__exec *ex, int r);
 KT_INTERNAL bool kt__shm_direct_map(kt__exec *ex, char **send, char **recv, size_t bytes);

@@ -59,7 +59,8 @@ static struct {
   long cases;    /* cases run on this rank */
   long failures; /* cases with at least one wrong element/byte on this rank */
   long corrupted; /* selftest: corruptions made (each must be noticed) */
-  int registered; /* --registered: 0 none, 1 every rank's buffers, 2 rank 0's only */
+  int registered; /* --registered: 0 none, 1 every rank's buffers, 2 rank 0's only, 3 half of
+                     rank 0's (at random), none elsewhere */
 } T;
 
 #define ODD_COUNT 1531
@@ -120,7 +121,8 @@ static uint8_t *gb_ptr(const gbuf *b) { return b->base ? b->base + GUARD : NULL;
 /* Body filled with the garbage pattern (so an unwritten output is noticed). */
 static void gb_alloc(gbuf *b, size_t bytes) {
   b->bytes = bytes;
-  b->registered = T.registered == 1 || (T.registered == 2 && T.rank == 0);
+  b->registered = T.registered == 1 || (T.registered == 2 && T.rank == 0) ||
+                  (T.registered == 3 && T.rank == 0 && (hash3(T.seed, bytes, (uint64_t)T.cases) & 1));
   if (b->registered) {
     void *p = NULL;
     kt_result rc = kt_mem_alloc(bytes + 2 * GUARD, &p);
@@ -920,8 +922,9 @@ static void usage(const char *argv0) {
           "       [--count N: only that count (0, 1, 1531 or a dtype's large count)]\n"
           "       [--selftest: also corrupt each result and require the checks to notice]\n"
           "       [--drop-rank R: split rank R off and test on the other ranks' communicator]\n"
-          "       [--registered all|rank0: buffers from kt_mem_alloc on every rank (allreduce must then\n"
-          "        run single-copy at least once) or on rank 0 only (it must never)]\n"
+          "       [--registered all|rank0|flip: buffers from kt_mem_alloc on every rank (allreduce must\n"
+          "        then run single-copy at least once), on rank 0 only, or half of rank 0's at random\n"
+          "        (then it must never)]\n"
           "collectives:",
           argv0);
   for (int i = 0; i < C_NCOLL; i++) fprintf(stderr, " %s", colls[i].name);
@@ -964,6 +967,8 @@ int main(int argc, char **argv) {
       T.registered = 1, i++;
     else if (strcmp(argv[i], "--registered") == 0 && i + 1 < argc && strcmp(argv[i + 1], "rank0") == 0)
       T.registered = 2, i++;
+    else if (strcmp(argv[i], "--registered") == 0 && i + 1 < argc && strcmp(argv[i + 1], "flip") == 0)
+      T.registered = 3, i++;
     else usage(argv[0]);
   }
   if (!any)

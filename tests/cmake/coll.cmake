@@ -100,6 +100,10 @@ foreach(np 2 3 4)
 endforeach()
 kt_coll_test(coll.np3.shm_direct_mixed 3 300 "KAITIAN_SHM_DIRECT_BYTES=1;KAITIAN_SHM_CHUNK_BYTES=4160"
   --coll allreduce,mixed --registered rank0 --quick)
+# Rank 0 offers its buffers on some ops and not on others, one op after the
+# other: a rank that finishes an op early and offers in the next must not be
+# read as offering in the op a slower peer is still deciding.
+kt_coll_test(coll.np3.shm_direct_flip 3 300 "KAITIAN_SHM_DIRECT_BYTES=1" --coll allreduce,mixed --registered flip)
 
 # The checks themselves must be able to fail: corrupt every result in several
 # ways (output element, guard byte, input, gap) and require each to be caught.
