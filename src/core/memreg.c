@@ -1,7 +1,7 @@
 /* memreg.c - the process's registered buffers (kt_mem_*): memory that is a
  * shared mapping of a file descriptor, so that the peers on this host can map
  * it too and an allreduce can read and write it in place (see
- * allreduce_shm_rsag.c). One table per process, under a mutex: the caller's
+ * allreduce_shm_direct.c). One table per process, under a mutex: the caller's
  * threads register, the progress thread looks up. */
 #include "memreg.h"
 
@@ -156,10 +156,11 @@ bool kt__memreg_find(const void *buf, size_t bytes, kt__membuf *out) {
     reg *g = &regs[i];
     if (p < g->buf || p >= g->buf + g->bytes || bytes > (size_t)(g->buf + g->bytes - p)) continue;
     /* Still the file it was registered with? (A buffer freed without
-     * kt_mem_deregister closes its fd, or the number now names another file.) */
+     * kt_mem_deregister closes its fd, or the number now names another file.)
+     * kt_mem_alloc's own fds stay open until kt_mem_free. */
     struct stat st;
-    if (fstat(g->fd, &st) != 0 || (uint64_t)st.st_dev != g->dev || (uint64_t)st.st_ino != g->ino ||
-        (uint64_t)st.st_size < g->off + g->bytes) {
+    if (!g->owned && (fstat(g->fd, &st) != 0 || (uint64_t)st.st_dev != g->dev || (uint64_t)st.st_ino != g->ino ||
+        (uint64_t)st.st_size < g->off + g->bytes)) {
       KT_INFO("registered buffer %p (%zu bytes, fd %d) is gone: registration dropped", (void *)g->buf, g->bytes,
               g->fd);
       drop_at(i);

@@ -1,4 +1,4 @@
-/* badargs_test.c - every public collective and communicator function given
+/* badargs_test.c - every public collective, communicator and kt_mem_* function given
  * bad input returns the right code with a message naming the rank and the
  * problem, has no side effect and leaves the ranks in step; NULL buffers with
  * count 0 are accepted. Run as `kaitian run -n 2 badargs_test`. Every rank
@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static int rank_, size_, fails, checks;
 static kt_comm comm;
@@ -516,6 +518,45 @@ static void test_empty(void) {
   }
 }
 
+/* kt_mem_*: refused arguments (no rank: registration belongs to the
+ * process), then a valid round trip. */
+#define BAD_MEM(kw, call) expect(#call, __LINE__, (call), E_INVAL, false, kw)
+static void test_mem(void) {
+  void *p = NULL;
+  BAD_MEM("ptr|null", kt_mem_alloc(64, NULL));
+  BAD_MEM("bytes", kt_mem_alloc(0, &p));
+  char local[64];
+  BAD_MEM("kt_mem_alloc", kt_mem_free(local));
+  BAD_MEM("buf|null", kt_mem_register(NULL, 64, 0, 0));
+  BAD_MEM("bytes", kt_mem_register(local, 0, 0, 0));
+  BAD_MEM("fd", kt_mem_register(local, 64, -1, (uint64_t)(uintptr_t)local % 4096));
+  BAD_MEM("no registration", kt_mem_deregister(local));
+  OK(kt_mem_alloc(10000, &p));
+  if (!p) return;
+  memset(p, 1, 10000);
+  BAD_MEM("kt_mem_free", kt_mem_deregister(p));
+  int fd = memfd_create("badargs", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, 8192) != 0) {
+    fprintf(stderr, "FAIL rank %d: memfd for the kt_mem_register checks\n", rank_);
+    fails++;
+  } else {
+    BAD_MEM("kt_mem_alloc", kt_mem_register((char *)p + 4096, 64, fd, 4096));
+    BAD_MEM("page", kt_mem_register((char *)p + 4096, 64, fd, 100));
+    void *m = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m != MAP_FAILED) {
+      BAD_MEM("past the end", kt_mem_register(m, 8192, fd, 4096));
+      OK(kt_mem_register(m, 8192, fd, 0));
+      OK(kt_mem_register((char *)m + 4096, 100, fd, 4096)); /* replaces the overlapping one */
+      BAD_MEM("no registration", kt_mem_deregister(m));
+      OK(kt_mem_deregister((char *)m + 4096));
+      munmap(m, 8192);
+    }
+    close(fd);
+  }
+  OK(kt_mem_free(p));
+  OK(kt_mem_free(NULL));
+}
+
 int main(void) {
   kt_result rc = kt_comm_init_env(&comm);
   if (rc != KT_SUCCESS) {
@@ -551,6 +592,8 @@ int main(void) {
   sync_check("bad count arrays");
   test_empty();
   sync_check("empty operations with NULL buffers");
+  test_mem();
+  sync_check("registered buffers");
 
   rc = kt_comm_destroy(comm);
   checks++;
