@@ -83,24 +83,32 @@ def callback_waits():
     print(f"rank {RANK}: a callback waited for another op")
 
 
+def train_both(model, ref, steps, lr, batch, seed):
+    """SGD steps of the DDP model on this rank's batch and of ref, one process
+    in ref's dtype, on every rank's batches at once (the same data)."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    ropt = torch.optim.SGD(ref.parameters(), lr=lr)
+    dtype = next(ref.parameters()).dtype
+    first, last = model.module[0], model.module[-1]
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        xs = [torch.randn(batch, first.in_features, generator=g) for _ in range(WS)]
+        ys = [torch.randn(batch, last.out_features, generator=g) for _ in range(WS)]
+        opt.zero_grad(set_to_none=False)
+        nn.functional.mse_loss(model(xs[RANK]), ys[RANK]).backward()
+        opt.step()
+        ropt.zero_grad()
+        nn.functional.mse_loss(ref(torch.cat(xs).to(dtype)), torch.cat(ys).to(dtype)).backward()
+        ropt.step()
+
+
 def ddp_matches_single_process():
     torch.manual_seed(0)
     ref = nn.Sequential(nn.Linear(20, 32), nn.Tanh(), nn.Linear(32, 4))
     model = nn.parallel.DistributedDataParallel(
         nn.Sequential(nn.Linear(20, 32), nn.Tanh(), nn.Linear(32, 4)))
     model.module.load_state_dict(ref.state_dict())
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
-    g = torch.Generator().manual_seed(1)
-    for _ in range(4):
-        xs = [torch.randn(6, 20, generator=g) for _ in range(WS)]
-        ys = [torch.randn(6, 4, generator=g) for _ in range(WS)]
-        opt.zero_grad()
-        nn.functional.mse_loss(model(xs[RANK]), ys[RANK]).backward()
-        opt.step()
-        ropt.zero_grad()
-        nn.functional.mse_loss(ref(torch.cat(xs)), torch.cat(ys)).backward()
-        ropt.step()
+    train_both(model, ref, steps=4, lr=0.1, batch=6, seed=1)
     for (name, p), q in zip(model.module.named_parameters(), ref.parameters()):
         assert torch.allclose(p, q, atol=1e-5), f"rank {RANK}: {name} differs from the single process"
     print(f"rank {RANK}: DDP parameters equal the single-process ones")
@@ -152,18 +160,7 @@ def ddp_shared_buckets():
         ref = copy.deepcopy(net).double()
         # 2 MiB of gradients: DDP's 1 MiB first bucket, then 0.25 MiB ones.
         model = nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.25, gradient_as_bucket_view=view)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05)
-        ropt = torch.optim.SGD(ref.parameters(), lr=0.05)
-        g = torch.Generator().manual_seed(2)
-        for _ in range(6):
-            xs = [torch.randn(5, 96, generator=g) for _ in range(WS)]
-            ys = [torch.randn(5, 7, generator=g) for _ in range(WS)]
-            opt.zero_grad(set_to_none=False)
-            nn.functional.mse_loss(model(xs[RANK]), ys[RANK]).backward()
-            opt.step()
-            ropt.zero_grad()
-            nn.functional.mse_loss(ref(torch.cat(xs).double()), torch.cat(ys).double()).backward()
-            ropt.step()
+        train_both(model, ref, steps=6, lr=0.05, batch=5, seed=2)
         for (name, p), q in zip(model.module.named_parameters(), ref.parameters()):
             err = (p.double() - q).abs().max().item()
             assert err < 1e-5, f"rank {RANK}: bucket view {view}: {name} is {err:.2e} off the float64 reference"
@@ -182,7 +179,7 @@ def ddp_shared_buckets():
         assert not unmapped, f"rank {RANK}: bucket view {view}: no bucket of rank(s) {unmapped} mapped here"
         print(f"rank {RANK}: bucket view {view}: {moved} buckets in shared memory, the peers' mapped, "
               f"parameters match float64")
-        del model, opt
+        del model
     t = torch.ones(1 << 16)
     for _ in range(3):
         dist.all_reduce(t)
