@@ -11,7 +11,10 @@
 #      on one GPU);
 #   4. torch's conformance suite (tests/python/conformance.py) at 2 and 3 ranks,
 #      with CUDA hidden (the suite needs a GPU per rank otherwise);
-#   5. python -m torch_kaitian.bench (CPU tensors, kaitian vs gloo) on this torch.
+#   5. python -m torch_kaitian.bench (CPU tensors, kaitian vs gloo) on this torch;
+#   6. kaitian bench allreduce, 2 ranks, 64 KiB-64 MiB, copying through the
+#      segment and single-copy in registered buffers (-M), checked: the copy
+#      routine (rep movsb) and the single-copy path on this host's CPU.
 # Usage: tests/gpu/check.sh [OUTDIR]   (logs go to OUTDIR, default /tmp/kt_gpu)
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -67,5 +70,9 @@ PYEOF
 run conformance env CUDA_VISIBLE_DEVICES= "$PY" "$T/conformance.py" --world-size 2,3
 run bench "$PY" -m torch_kaitian.bench --reps 3 --scale 0.5
 echo "bench:"; cat "$OUT/bench.log" | tail -n 40
+run c_bench_copy "$KT" run -n 2 "$KT" bench -C allreduce -b 64K -e 64M -f 4 -I -n 50 -c 1
+run c_bench_registered "$KT" run -n 2 "$KT" bench -C allreduce -b 64K -e 64M -f 4 -I -n 50 -c 1 -M
+echo "C API allreduce, copying then single-copy:"; grep -v '^\[0\] #' "$OUT/c_bench_copy.log" | tail -n 6
+grep -v '^\[0\] #' "$OUT/c_bench_registered.log" | tail -n 6
 echo "== $fails failed"
 [ "$fails" = 0 ]
