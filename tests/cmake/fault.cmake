@@ -19,6 +19,9 @@ kt_fault_test(kill.np3.rank2 240 3 kill_peer.sh 3 2 16777216 3)
 kt_fault_test(kill.np4.rank2 240 4 kill_peer.sh 4 2 16777216 5)
 kt_fault_test(kill.np3.rank0 240 3 kill_peer.sh 3 0 16777216 3)
 kt_fault_test(kill.np4.rank0 240 4 kill_peer.sh 4 0 16777216 5)
+# ... and in registered buffers (single-copy: the ranks read and write each
+# other's memory; the dead rank's stays mapped in the survivors).
+kt_fault_test(kill.np3.rank1.registered 240 3 kill_peer.sh 3 1 16777216 3 registered=1)
 
 # 2. A rank that never joins: KT_ERR_TIMEOUT after KAITIAN_TIMEOUT (2 s).
 #    timeout.npN checks the ranks that waited (the late rank must only not

@@ -131,6 +131,17 @@ static float *alloc_floats(size_t n, float value) {
   return p;
 }
 
+static float *alloc_registered(size_t n, float value) {
+  void *p = NULL;
+  kt_result r = kt_mem_alloc(n * sizeof(float), &p);
+  if (r != KT_SUCCESS) {
+    fprintf(stderr, "fault_prog rank %d: kt_mem_alloc: %s\n", g_rank, kt_last_error());
+    exit(2);
+  }
+  for (size_t i = 0; i < n; i++) ((float *)p)[i] = value;
+  return p;
+}
+
 /* Every element equals want; reports the first wrong one. */
 static bool check_floats(const char *what, const float *p, size_t n, float want) {
   for (size_t i = 0; i < n; i++) {
@@ -274,8 +285,11 @@ static int scenario_killloop(kt_comm comm) {
     fprintf(stderr, "fault_prog rank %d: cannot write %s: %s\n", g_rank, path, strerror(errno));
     return 2;
   }
-  float *in = alloc_floats(count, (float)(g_rank + 1));
-  float *out = alloc_floats(count, 0.0f);
+  /* registered=1: buffers from kt_mem_alloc, so the allreduce runs single-copy
+   * in the peers' memory when it is killed. */
+  bool registered = arg_int("registered", 0) != 0;
+  float *in = registered ? alloc_registered(count, (float)(g_rank + 1)) : alloc_floats(count, (float)(g_rank + 1));
+  float *out = registered ? alloc_registered(count, 0.0f) : alloc_floats(count, 0.0f);
   float want = (float)g_size * (float)(g_size + 1) / 2.0f;
   int64_t start = mono_ms();
   for (long it = 0;; it++) {

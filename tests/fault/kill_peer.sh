@@ -6,19 +6,21 @@
 # killed by signal 9; no process of the job and nothing in /dev/shm may remain.
 # The whole check runs REPEAT times (each with a new job), since which rank
 # notices first differs from run to run.
-# Args: KAITIAN_CLI FAULT_PROG NRANKS VICTIM [COUNT [REPEAT]]
+# Args: KAITIAN_CLI FAULT_PROG NRANKS VICTIM [COUNT [REPEAT [EXTRA]]]; EXTRA
+# (e.g. registered=1) goes to fault_prog's killloop.
 . "$(dirname "$0")/lib.sh" "$@"
 NP=${3:?ranks}
 VICTIM=${4:?victim rank}
 COUNT=${5:-16777216}
 REPEAT=${6:-1}
+EXTRA=${7:-}
 LIMIT_MS=10000
 
 run_once() {
 rm -f "$TMP"/pid.* "$TMP"/job.*
 shm_snapshot
 # Detection must come from the dead peer's closed connection, not a timeout.
-KAITIAN_TIMEOUT=60000 "$KT" run -n "$NP" "$PROG" killloop "dir=$TMP" "count=$COUNT" "mark=$MARK" \
+KAITIAN_TIMEOUT=60000 "$KT" run -n "$NP" "$PROG" killloop "dir=$TMP" "count=$COUNT" "mark=$MARK" $EXTRA \
   >"$TMP/job.out" 2>"$TMP/job.err" &
 LPID=$!
 
