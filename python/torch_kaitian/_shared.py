@@ -51,7 +51,7 @@ class Sharer:
         self.churn = 0
 
     def candidate(self, t):
-        """The storage address when t is a bucket-like tensor, else None."""
+        """t's untyped storage when t is a bucket-like tensor, else None."""
         if not (self.enabled and self.min_bytes > 0 and t.is_cpu and t.is_contiguous()
                 and t.storage_offset() == 0):
             return None
@@ -75,8 +75,7 @@ class Sharer:
         with self.lock:
             if ptr in self.registered:
                 if u.is_shared():
-                    self.busy[ptr] = self.busy.get(ptr, 0) + 1
-                    return ptr
+                    return self._track(ptr)
                 # Freed since, and the address reused by ordinary memory.
                 del self.registered[ptr]
                 _lib.lib.kt_mem_deregister(ctypes.c_void_p(ptr))

@@ -19,6 +19,7 @@
  * every rank and the same as the copying algorithms'. */
 #include "coll.h"
 
+#include "memreg.h"
 #include "reduce/reduce.h"
 #include "transport/shm.h"
 

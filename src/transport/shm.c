@@ -822,10 +822,9 @@ bool kt__shm_direct_map(kt__exec *ex, char **send, char **recv, size_t bytes) {
     if (r == s->me) continue;
     const kt__membuf *b = slot(s, r)->dbuf[s->par];
     char why[256] = "";
+    /* In place, the second lookup finds the file the first one mapped. */
     send[r] = map_peer_buf(c, r, &b[0], bytes, why, sizeof why);
-    recv[r] = !send[r]                                 ? NULL
-              : memcmp(&b[1], &b[0], sizeof b[0]) == 0 ? send[r]
-                                                       : map_peer_buf(c, r, &b[1], bytes, why, sizeof why);
+    recv[r] = send[r] ? map_peer_buf(c, r, &b[1], bytes, why, sizeof why) : NULL;
     if (!recv[r]) {
       ok = false;
       s->direct_off = true;

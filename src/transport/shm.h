@@ -20,7 +20,6 @@
 
 #include "comm.h"
 #include "transport.h"
-#include "memreg.h"
 
 typedef struct kt__shm kt__shm;
 

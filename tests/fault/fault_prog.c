@@ -121,26 +121,20 @@ static long arg_int(const char *key, long def) {
   return x;
 }
 
-static float *alloc_floats(size_t n, float value) {
-  float *p = malloc(n * sizeof *p);
-  if (!p) {
-    fprintf(stderr, "fault_prog rank %d: out of memory (%zu floats)\n", g_rank, n);
+/* n floats equal to value, from malloc or (registered) kt_mem_alloc. */
+static float *alloc_floats_from(size_t n, float value, bool registered) {
+  void *v = NULL;
+  if (registered ? kt_mem_alloc(n * sizeof(float), &v) != KT_SUCCESS : !(v = malloc(n * sizeof(float)))) {
+    fprintf(stderr, "fault_prog rank %d: cannot allocate %zu floats%s%s\n", g_rank, n,
+            registered ? ": " : "", registered ? kt_last_error() : "");
     exit(2);
   }
+  float *p = v;
   for (size_t i = 0; i < n; i++) p[i] = value;
   return p;
 }
 
-static float *alloc_registered(size_t n, float value) {
-  void *p = NULL;
-  kt_result r = kt_mem_alloc(n * sizeof(float), &p);
-  if (r != KT_SUCCESS) {
-    fprintf(stderr, "fault_prog rank %d: kt_mem_alloc: %s\n", g_rank, kt_last_error());
-    exit(2);
-  }
-  for (size_t i = 0; i < n; i++) ((float *)p)[i] = value;
-  return p;
-}
+static float *alloc_floats(size_t n, float value) { return alloc_floats_from(n, value, false); }
 
 /* Every element equals want; reports the first wrong one. */
 static bool check_floats(const char *what, const float *p, size_t n, float want) {
@@ -288,8 +282,8 @@ static int scenario_killloop(kt_comm comm) {
   /* registered=1: buffers from kt_mem_alloc, so the allreduce runs single-copy
    * in the peers' memory when it is killed. */
   bool registered = arg_int("registered", 0) != 0;
-  float *in = registered ? alloc_registered(count, (float)(g_rank + 1)) : alloc_floats(count, (float)(g_rank + 1));
-  float *out = registered ? alloc_registered(count, 0.0f) : alloc_floats(count, 0.0f);
+  float *in = alloc_floats_from(count, (float)(g_rank + 1), registered);
+  float *out = alloc_floats_from(count, 0.0f, registered);
   float want = (float)g_size * (float)(g_size + 1) / 2.0f;
   int64_t start = mono_ms();
   for (long it = 0;; it++) {

@@ -573,9 +573,6 @@ static void print_summary(const bench *b) {
   fflush(stdout);
 }
 
-/* Communicator, buffers, initial data. Returns 0; 1 after printing a library
- * or allocation failure; 2 for a root out of range. What it made is freed by
- * kt_tool_bench's exit path. */
 /* A buffer of b->cap bytes (at least 1), page-aligned: kt_mem_alloc with -M. */
 static bool alloc_buf(const bench *b, void **p) {
   if (b->o.registered) return kt_mem_alloc(b->cap ? b->cap : 1, p) == KT_SUCCESS;
@@ -587,6 +584,9 @@ static void free_buf(const bench *b, void *p) {
   else free(p);
 }
 
+/* Communicator, buffers, initial data. Returns 0; 1 after printing a library
+ * or allocation failure; 2 for a root out of range. What it made is freed by
+ * kt_tool_bench's exit path. */
 static int setup(bench *b) {
   kt_result r = kt_comm_init_env(&b->comm);
   if (r != KT_SUCCESS) {
