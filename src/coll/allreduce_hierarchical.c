@@ -18,14 +18,17 @@
 
 /* Run one phase on a child communicator, within the parent's deadline. The
  * phase's op carries the parent's operation (AVG included: it only sums,
- * `partial`), so the children's signature checks catch a mismatch in it. On
+ * `partial`), so the children's signature checks catch a mismatch in it; its
+ * waits also watch the parent's control sockets and exchange the parent op's
+ * status notices, which catch a rank that called another collective on the
+ * parent (kt__net_stuck). On
  * failure the parent breaks (run_op), which breaks the children with the
  * parent's message; a peer that died is named by its rank in the parent when
  * the parent's own sockets show it. */
 static kt_result phase(kt__exec *ex, struct kt_comm_s *child, kt__op *op, const char *what) {
   op->seq = ++child->issued;
   op->partial = true;
-  kt_result r = kt__execute_until(child, op, ex->deadline_ns);
+  kt_result r = kt__execute_phase(child, op, ex);
   if (r == KT_SUCCESS) return KT_SUCCESS;
   kt_result dead = kt__net_check_peers(ex); /* its error text names the parent's rank */
   if (dead != KT_SUCCESS) return dead;

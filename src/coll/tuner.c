@@ -179,13 +179,14 @@ kt_result kt__execute(struct kt_comm_s *c, const kt__op *op) {
   return kt__execute_until(c, op, kt__now_ns() + c->timeout_ms * 1000000);
 }
 
-kt_result kt__execute_until(struct kt_comm_s *c, const kt__op *op, int64_t deadline_ns) {
+static kt_result execute(struct kt_comm_s *c, const kt__op *op, int64_t deadline_ns, kt__exec *parent) {
   const char *name = "?";
   kt__algo_fn fn = kt__tune(c, op, &name);
   if (!fn) return kt__err(KT_ERR_INTERNAL, "no algorithm for %s", kt__coll_name(op->coll));
   KT_TRACE("rank %d: op #%llu %s count %zu %s -> %s", c->rank, (unsigned long long)op->seq,
            kt__coll_name(op->coll), op->count, kt_dtype_name(op->dtype), name);
-  kt__exec ex = {.comm = c, .op = op, .deadline_ns = deadline_ns};
+  kt__exec ex = {.comm = c, .op = op, .deadline_ns = deadline_ns, .parent = parent};
+  kt__net_op_begin(&ex);
   /* Over shared memory a peer's failure is a flag in the segment, checked
    * by every wait; over TCP look at the peers' sockets (one poll). */
   kt_result r = c->shm ? KT_SUCCESS : kt__net_check_peers(&ex);
@@ -194,4 +195,12 @@ kt_result kt__execute_until(struct kt_comm_s *c, const kt__op *op, int64_t deadl
     kt__error_prefix("rank %d: %s #%llu (%s, count %zu, %s): ", kt__rank_label(c, c->rank), kt__coll_name(op->coll),
                      (unsigned long long)op->seq, name, op->count, kt_dtype_name(op->dtype));
   return r;
+}
+
+kt_result kt__execute_until(struct kt_comm_s *c, const kt__op *op, int64_t deadline_ns) {
+  return execute(c, op, deadline_ns, NULL);
+}
+
+kt_result kt__execute_phase(struct kt_comm_s *c, const kt__op *op, kt__exec *parent) {
+  return execute(c, op, parent->deadline_ns, parent);
 }

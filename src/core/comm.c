@@ -21,6 +21,27 @@ static const char *const coll_names[KT_COLL_COUNT] = {
 
 const char *kt__coll_name(kt__coll c) { return (unsigned)c < KT_COLL_COUNT ? coll_names[c] : "unknown"; }
 
+void kt__op_sig(const kt__op *op, int nranks, kt__sig *g) {
+  *g = (kt__sig){.seq = op->seq, .count = op->count, .coll = (uint16_t)op->coll, .dtype = (uint8_t)op->dtype,
+                 .op = (uint8_t)op->op, .root = op->root};
+  if (op->coll == KT_COLL_ALLGATHERV) { /* sendcounts differ; the total does not */
+    g->count = 0;
+    for (int r = 0; r < nranks; r++) g->count += op->counts[r];
+  }
+}
+
+bool kt__sig_equal(const kt__sig *a, const kt__sig *b) {
+  return a->seq == b->seq && a->coll == b->coll && a->count == b->count && a->dtype == b->dtype &&
+         a->op == b->op && a->root == b->root;
+}
+
+void kt__sig_describe(const kt__sig *g, char *buf, size_t cap) {
+  snprintf(buf, cap, "op #%llu %s, count %llu, %s, %s, root %d", (unsigned long long)g->seq,
+           g->coll < KT_COLL_COUNT ? kt__coll_name((kt__coll)g->coll) : "?", (unsigned long long)g->count,
+           g->dtype < KT_NUM_DTYPES ? kt_dtype_name((kt_dtype)g->dtype) : "?",
+           g->op < KT_NUM_OPS ? kt_op_name((kt_op)g->op) : "?", g->root);
+}
+
 const char *kt__peer_desc(struct kt_comm_s *c, int r, char *buf, size_t cap) {
   bool known = r >= 0 && r < c->size;
   int shown = kt__rank_label(c, r);

@@ -56,6 +56,23 @@ typedef struct kt__op {
                        parent divides), but the signature still says AVG */
 } kt__op;
 
+/* What every rank must agree on for a collective: compared across ranks (shm
+ * slots, TCP status notices) to catch ranks that called different ones. */
+typedef struct kt__sig {
+  uint64_t seq;
+  uint64_t count;   /* allgatherv: the total (ranks' own counts differ) */
+  uint16_t coll;
+  uint8_t dtype, op;
+  int32_t root;
+} kt__sig;
+
+/* op's signature in a communicator of nranks. Fields an op does not use
+ * were set the same way on every rank by the API layer. */
+KT_INTERNAL void kt__op_sig(const kt__op *op, int nranks, kt__sig *g);
+KT_INTERNAL bool kt__sig_equal(const kt__sig *a, const kt__sig *b);
+/* "op #N name, count C, dtype, op, root R" */
+KT_INTERNAL void kt__sig_describe(const kt__sig *g, char *buf, size_t cap);
+
 struct kt__tcp;
 struct kt__shm;
 
@@ -122,6 +139,9 @@ typedef struct kt__exec {
   struct kt_comm_s *comm;
   const kt__op *op;
   int64_t deadline_ns;
+  /* A phase of a parent communicator's op (the hierarchy): the parent's
+   * context, whose sockets the phase's waits also watch (kt__net_stuck). */
+  struct kt__exec *parent;
 } kt__exec;
 
 /* Scratch of at least n bytes valid until the op ends (NULL + error on OOM). */
@@ -143,6 +163,9 @@ KT_INTERNAL kt_result kt__execute(struct kt_comm_s *c, const kt__op *op);
 /* The same with a given deadline (CLOCK_MONOTONIC ns): a phase of a parent's op
  * keeps the parent's deadline. */
 KT_INTERNAL kt_result kt__execute_until(struct kt_comm_s *c, const kt__op *op, int64_t deadline_ns);
+/* Run op on child c as a phase of the parent's op: the parent's deadline, and
+ * waits that also watch the parent's peers. */
+KT_INTERNAL kt_result kt__execute_phase(struct kt_comm_s *c, const kt__op *op, kt__exec *parent);
 
 /* Describe peer r for messages: "rank 3 (host:pid)". */
 KT_INTERNAL const char *kt__peer_desc(struct kt_comm_s *c, int r, char *buf, size_t cap);

@@ -25,13 +25,7 @@
 #define SHM_LIVENESS_NS 100000000 /* check pids and sockets every 100 ms asleep */
 #define SHM_CYCLE_MAX 64         /* longest cycle of waiting sends looked for */
 
-typedef struct sig {
-  uint64_t seq;
-  uint64_t count;
-  uint16_t coll;
-  uint8_t dtype, op;
-  int32_t root;
-} sig;
+typedef kt__sig sig;
 
 typedef struct shm_hdr {
   _Atomic uint64_t magic; /* written last by the creator */
@@ -382,18 +376,7 @@ void kt__shm_wake(struct kt_comm_s *c) {
 
 void kt__shm_op_begin(kt__exec *ex) {
   kt__shm *s = ex->comm->shm;
-  const kt__op *op = ex->op;
-  sig *g = &s->cur;
-  g->seq = op->seq;
-  g->count = op->count;
-  if (op->coll == KT_COLL_ALLGATHERV) { /* sendcounts differ; the total does not */
-    g->count = 0;
-    for (int r = 0; r < s->n; r++) g->count += op->counts[r];
-  }
-  g->coll = (uint16_t)op->coll;
-  g->dtype = (uint8_t)op->dtype;
-  g->op = (uint8_t)op->op;
-  g->root = op->root;
+  kt__op_sig(ex->op, s->n, &s->cur);
   s->sig_checked = false;
 }
 
@@ -420,13 +403,6 @@ static bool reached(const kt__shm *s, int r, uint64_t target) {
   return true;
 }
 
-static void describe_sig(const sig *g, char *buf, size_t cap) {
-  snprintf(buf, cap, "op #%llu %s, count %llu, %s, %s, root %d", (unsigned long long)g->seq,
-           g->coll < KT_COLL_COUNT ? kt__coll_name((kt__coll)g->coll) : "?", (unsigned long long)g->count,
-           g->dtype < KT_NUM_DTYPES ? kt_dtype_name((kt_dtype)g->dtype) : "?",
-           g->op < KT_NUM_OPS ? kt_op_name((kt_op)g->op) : "?", g->root);
-}
-
 /* Compare my signature of this op with those of the ranks waited for. Fields
  * an op does not use were set the same way on every rank by the API layer. */
 static kt_result check_sigs(kt__exec *ex, int r) {
@@ -436,12 +412,10 @@ static kt_result check_sigs(kt__exec *ex, int r) {
   for (int i = r >= 0 ? r : 0; i < (r >= 0 ? r + 1 : s->n); i++) {
     if (i == s->me) continue;
     const sig *g = &slot(s, i)->sigs[s->par];
-    if (g->seq == mine->seq && g->coll == mine->coll && g->count == mine->count &&
-        g->dtype == mine->dtype && g->op == mine->op && g->root == mine->root)
-      continue;
+    if (kt__sig_equal(g, mine)) continue;
     char a[160], b[160], who[128];
-    describe_sig(mine, a, sizeof a);
-    describe_sig(g, b, sizeof b);
+    kt__sig_describe(mine, a, sizeof a);
+    kt__sig_describe(g, b, sizeof b);
     kt__peer_desc(ex->comm, i, who, sizeof who);
     return kt__err(KT_ERR_MISMATCH, "mismatched operations: rank %d is in (%s) but %s is in (%s)",
                    kt__rank_label(ex->comm, s->me), a,
@@ -473,6 +447,7 @@ static kt_result check_failures(kt__exec *ex, int r, uint64_t target, bool slow_
     }
   }
   KT_CHECK(kt__net_check_peers(ex)); /* notices from ranks' sockets */
+  if (ex->parent) KT_CHECK(kt__net_stuck(ex->parent)); /* a phase: the parent's peers too */
   if (kt__now_ns() >= ex->deadline_ns) {
     char late[256] = "";
     size_t off = 0;

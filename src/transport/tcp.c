@@ -1,8 +1,9 @@
 /* tcp.c - TCP transport: a full mesh of non-blocking sockets, two per peer
  * pair. The data socket carries framed messages in issue order; the control
- * socket carries only goodbyes and abort notices, so that a peer that dies
- * (EOF or reset on its control socket without a goodbye) is noticed by every
- * rank during any wait, whatever it is waiting for. */
+ * socket carries goodbyes, abort notices and status notices, so that a peer
+ * that dies (EOF or reset on its control socket without a goodbye) is noticed
+ * by every rank during any wait, whatever it is waiting for, and so that ranks
+ * stuck in different collectives find out (kt__net_stuck). */
 #include "transport.h"
 #include "tcp.h"
 
@@ -26,7 +27,7 @@
 #define HELLO_MAGIC 0x4B544845u
 #define CTRL_MAGIC 0x4B544354u
 enum { CONN_DATA = 1, CONN_CTRL = 2 };
-enum { CTRL_BYE = 1, CTRL_ABORT = 2 };
+enum { CTRL_BYE = 1, CTRL_ABORT = 2, CTRL_STATUS = 3 };
 
 struct hello {
   uint32_t magic;
@@ -54,6 +55,11 @@ struct peer {
   unsigned char ctrl_buf[sizeof(struct ctrl_frame) + KT_TCP_CTRL_TEXT];
 };
 
+#define KT_TCP_HIST 64                  /* signatures of recent collectives kept */
+#define STATUS_FIRST_NS 1000000000LL    /* an op waits this long before its first status notice */
+#define STATUS_MAX_NS 60000000000LL     /* notices then double their interval up to this */
+#define POLL_SLICE_MS 250               /* longest sleep of a wait between checks */
+
 struct kt__tcp {
   int nranks;
   int listen_fd;
@@ -61,6 +67,9 @@ struct kt__tcp {
   struct pollfd *pfds; /* scratch for poll: 2 per peer + abort fd */
   int *pfd_peer;
   uint64_t token;
+  kt__sig hist[KT_TCP_HIST];      /* recent collectives, by seq % KT_TCP_HIST */
+  int64_t next_status_ns;         /* when the op in progress sends its next status notice */
+  int64_t status_gap_ns;
 };
 
 /* ---- headers ------------------------------------------------------------ */
@@ -95,6 +104,7 @@ static const char *coll_name_safe(uint16_t c) {
 /* ---- failure messages --------------------------------------------------- */
 
 static kt_result handle_ctrl(kt__exec *ex, int peer);
+static void send_ctrl_bytes(int fd, uint32_t type, kt_result code, const void *data, size_t len);
 
 /* A data connection failed. A peer that breaks a connection without a
  * goodbye has usually failed itself because a third rank died, and has said so
@@ -260,6 +270,35 @@ static kt_result advance_recvs(kt__exec *ex, int peer, bool *moved) {
   return KT_SUCCESS;
 }
 
+/* A peer's status notice: it is waiting in op `theirs`. Same op number with
+ * another signature, or an op this rank already ran with another signature:
+ * the ranks called different collectives. Anything else is a peer behind or
+ * ahead of this rank, which is normal. */
+static kt_result check_status(kt__exec *ex, int peer, const kt__sig *theirs) {
+  const kt__op *op = ex->op;
+  if (!op || op->seq == 0 || theirs->seq == 0) return KT_SUCCESS; /* setup; point-to-point */
+  struct kt_comm_s *c = ex->comm;
+  kt__sig mine;
+  bool now = theirs->seq == op->seq;
+  if (now) {
+    kt__op_sig(op, c->size, &mine);
+  } else {
+    if (theirs->seq > op->seq || op->seq - theirs->seq >= KT_TCP_HIST) return KT_SUCCESS;
+    mine = c->tcp->hist[theirs->seq % KT_TCP_HIST];
+    if (mine.seq != theirs->seq) return KT_SUCCESS;
+  }
+  if (kt__sig_equal(&mine, theirs)) return KT_SUCCESS;
+  char a[160], b[160], who[128];
+  kt__sig_describe(&mine, a, sizeof a);
+  kt__sig_describe(theirs, b, sizeof b);
+  kt__peer_desc(c, peer, who, sizeof who);
+  if (now)
+    return kt__err(KT_ERR_MISMATCH, "mismatched operations: rank %d is in (%s) but %s is in (%s)",
+                   kt__rank_label(c, c->rank), a, who, b);
+  return kt__err(KT_ERR_MISMATCH, "mismatched operations: %s is still in (%s), which rank %d ran as (%s)", who, b,
+                 kt__rank_label(c, c->rank), a);
+}
+
 /* A control frame arrived (or the socket closed): decide what it means. */
 static kt_result handle_ctrl(kt__exec *ex, int peer) {
   struct kt_comm_s *c = ex->comm;
@@ -301,6 +340,10 @@ static kt_result handle_ctrl(kt__exec *ex, int peer) {
       p->ctrl_fill -= total;
       if (f.type == CTRL_BYE) {
         p->said_bye = true;
+      } else if (f.type == CTRL_STATUS && f.len == sizeof(kt__sig)) {
+        kt__sig theirs;
+        memcpy(&theirs, text, sizeof theirs);
+        KT_CHECK(check_status(ex, peer, &theirs));
       } else if (f.type == CTRL_ABORT) {
         kt_result code = (f.code > 0 && f.code <= KT_ERR_INTERNAL) ? (kt_result)f.code : KT_ERR_ABORTED;
         return kt__err(code, "rank %d failed and aborted the communicator: %s", kt__rank_label(c, peer),
@@ -349,7 +392,8 @@ kt_result kt__net_progress(kt__exec *ex, bool block) {
   if (moved || !block) return KT_SUCCESS;
 
   /* Nothing could move: sleep until a socket is ready, a peer fails, or an
-   * abort; wake at least once a second to check the deadline. */
+   * abort; wake now and then to check the deadline and to tell peers which
+   * op this rank waits in (kt__net_stuck). */
   int n = 0;
   for (int i = 0; i < t->nranks; i++) {
     struct peer *p = &t->peers[i];
@@ -372,9 +416,13 @@ kt_result kt__net_progress(kt__exec *ex, bool block) {
   int64_t left_ms = (ex->deadline_ns - kt__now_ns() + 999999) / 1000000;
   if (left_ms <= 0) return describe_timeout(ex);
   int r;
-  KT_SYSCALL_RETRY(r, poll(t->pfds, (nfds_t)n, (int)KT_MIN(left_ms, 1000)));
+  KT_SYSCALL_RETRY(r, poll(t->pfds, (nfds_t)n, (int)KT_MIN(left_ms, POLL_SLICE_MS)));
   if (r < 0) return kt__err(KT_ERR_SYSTEM, "poll failed: %s", strerror(errno));
-  if (r == 0) return kt__now_ns() >= ex->deadline_ns ? describe_timeout(ex) : KT_SUCCESS;
+  if (r == 0) {
+    if (kt__now_ns() >= ex->deadline_ns) return describe_timeout(ex);
+    KT_CHECK(kt__net_stuck(ex));
+    return ex->parent ? kt__net_stuck(ex->parent) : KT_SUCCESS;
+  }
   for (int k = 0; k < n; k++) {
     if (!t->pfds[k].revents) continue;
     int who = t->pfd_peer[k];
@@ -401,6 +449,34 @@ kt_result kt__net_check_peers(kt__exec *ex) {
   for (int k = 0; k < n; k++)
     if (t->pfds[k].revents) KT_CHECK(handle_ctrl(ex, t->pfd_peer[k]));
   return KT_SUCCESS;
+}
+
+void kt__net_op_begin(kt__exec *ex) {
+  struct kt__tcp *t = ex->comm->tcp;
+  if (!t) return;
+  const kt__op *op = ex->op;
+  if (op->seq == 0) { /* point-to-point: ranks issue different numbers of them */
+    t->next_status_ns = INT64_MAX;
+    return;
+  }
+  kt__op_sig(op, ex->comm->size, &t->hist[op->seq % KT_TCP_HIST]);
+  t->status_gap_ns = STATUS_FIRST_NS;
+  t->next_status_ns = kt__now_ns() + STATUS_FIRST_NS;
+}
+
+kt_result kt__net_stuck(kt__exec *ex) {
+  struct kt__tcp *t = ex->comm->tcp;
+  if (!t || t->nranks == 1) return KT_SUCCESS;
+  int64_t now = kt__now_ns();
+  if (now >= t->next_status_ns) {
+    kt__sig mine;
+    kt__op_sig(ex->op, ex->comm->size, &mine);
+    for (int i = 0; i < t->nranks; i++)
+      if (i != ex->comm->rank) send_ctrl_bytes(t->peers[i].ctrl_fd, CTRL_STATUS, KT_SUCCESS, &mine, sizeof mine);
+    t->status_gap_ns = KT_MIN(2 * t->status_gap_ns, STATUS_MAX_NS);
+    t->next_status_ns = now + t->status_gap_ns;
+  }
+  return kt__net_check_peers(ex);
 }
 
 kt_result kt__net_wait(kt__exec *ex, kt__xfer *x) {
@@ -690,16 +766,20 @@ kt_result kt__tcp_mesh(struct kt_comm_s *c, const kt__tcp_addr *all) {
   return KT_SUCCESS;
 }
 
-static void send_ctrl(int fd, uint32_t type, kt_result code, const char *text) {
+static void send_ctrl_bytes(int fd, uint32_t type, kt_result code, const void *data, size_t len) {
   if (fd < 0) return;
   unsigned char buf[sizeof(struct ctrl_frame) + KT_TCP_CTRL_TEXT];
-  size_t len = text ? KT_MIN(strlen(text), (size_t)KT_TCP_CTRL_TEXT - 1) : 0;
+  len = KT_MIN(len, (size_t)KT_TCP_CTRL_TEXT - 1);
   struct ctrl_frame f = {CTRL_MAGIC, type, (int32_t)code, (uint32_t)len};
   memcpy(buf, &f, sizeof f);
-  if (len) memcpy(buf + sizeof f, text, len);
+  if (len) memcpy(buf + sizeof f, data, len);
   ssize_t w;
   KT_SYSCALL_RETRY(w, send(fd, buf, sizeof f + len, MSG_NOSIGNAL | MSG_DONTWAIT));
-  (void)w; /* best effort: the peer may be gone */
+  (void)w; /* best effort: the peer may be gone, or its buffer full */
+}
+
+static void send_ctrl(int fd, uint32_t type, kt_result code, const char *text) {
+  send_ctrl_bytes(fd, type, code, text, text ? strlen(text) : 0);
 }
 
 void kt__tcp_broadcast_abort(struct kt_comm_s *c, const char *why) {

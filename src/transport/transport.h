@@ -2,7 +2,9 @@
  *
  * Messages between two ranks travel in issue order. Each message carries a
  * header (op sequence number, collective, tag, length); the receiver posts what
- * it expects and a different header is a KT_ERR_MISMATCH naming both sides.
+ * it expects and a different header is a KT_ERR_MISMATCH naming both sides;
+ * ranks that wait with nothing arriving exchange status notices on the
+ * control sockets, which catch the mismatches no message shows.
  * Transfers are posted, then advanced by kt__net_progress() until complete;
  * payloads are read and written in place (no copies in the library), and a
  * sender may stream a buffer that is still being produced (x->avail). */
@@ -48,6 +50,17 @@ KT_INTERNAL kt_result kt__net_progress(kt__exec *ex, bool block);
  * the start of every operation so that a rank never starts an op on a
  * communicator its peers have already given up. */
 KT_INTERNAL kt_result kt__net_check_peers(kt__exec *ex);
+/* At the start of every op: remember its signature and restart the clock of
+ * status notices. */
+KT_INTERNAL void kt__net_op_begin(kt__exec *ex);
+/* A wait that has made no progress for a while calls this: when the op has
+ * been waiting long enough, tell every peer which op this rank is in (a
+ * status notice; then again after 2, 4, ... up to 60 s), and read the peers'
+ * notices. A peer's notice for the same op number with another signature,
+ * or for an earlier op this rank ran with another signature, is
+ * KT_ERR_MISMATCH: ranks that called different collectives find out even
+ * when none of their messages ever reaches the other. */
+KT_INTERNAL kt_result kt__net_stuck(kt__exec *ex);
 /* Progress until x (or all n of xs) complete. */
 KT_INTERNAL kt_result kt__net_wait(kt__exec *ex, kt__xfer *x);
 KT_INTERNAL kt_result kt__net_waitall(kt__exec *ex, kt__xfer *xs, int n);

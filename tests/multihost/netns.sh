@@ -19,8 +19,13 @@
 # MODE kill (PROGRAM: fault_prog): a rank of node 2 is killed by SIGKILL in
 #   the middle of allreduces: every launcher must exit non-zero naming it, and
 #   every survivor must report KT_ERR_PEER_FAILED naming the dead rank; then on
-#   2 nodes x 2 ranks rank 1 allreduces with AVG and the others with SUM: every
-#   rank must get an error naming another rank (fault_prog mismatch kind=avg).
+#   2 nodes x 2 ranks, every rank must get an error naming another rank within
+#   5 s (fault_prog mismatch) when rank 1 allreduces with AVG and the others
+#   with SUM (kind=avg), and when rank 1 calls broadcast while the others call
+#   the hierarchical allreduce, from root 0 (kind=bcast: no message of either
+#   side ever reaches the other; the ranks' status notices must catch it) and
+#   from root 1 (kind=bcastroot1: rank 1's broadcast completes and it waits in
+#   its next op).
 # After each job no process may remain in any node. Namespaces, bridge and
 # veths are always removed (trap EXIT); the test checks that none is left.
 # Needs root; exits 77 (skipped) only where `ip netns add` fails.
@@ -284,9 +289,16 @@ if [ "$MODE" = kill ]; then
   echo "kill: every launcher exited non-zero ($RC_0 $RC_1 $RC_2), survivors named rank 5"
 
   # fault_prog checks it: every rank gets an error naming another rank within 5 s.
-  step "mismatch: rank 1 allreduces with AVG, the others with SUM, 2 nodes x 2 ranks (hierarchical)"
-  run_ok mismatch 2 KAITIAN_TIMEOUT=60000 -- "$FAULT" mismatch kind=avg
-  grep -h "FAULT_ERROR" "$TMP"/mismatch.*.err | cut -c1-300
+  for kind in avg bcast bcastroot1; do
+    case $kind in
+      avg) what="rank 1 allreduces with AVG, the others with SUM" ;;
+      bcast) what="rank 1 broadcasts from root 0, the others allreduce" ;;
+      bcastroot1) what="rank 1 broadcasts from root 1, the others allreduce" ;;
+    esac
+    step "mismatch: $what, 2 nodes x 2 ranks (hierarchical allreduce)"
+    run_ok "mismatch_$kind" 2 KAITIAN_TIMEOUT=60000 -- "$FAULT" mismatch "kind=$kind"
+    grep -h "FAULT_ERROR" "$TMP"/mismatch_$kind.*.err | cut -c1-300
+  done
 fi
 
 echo "PASS multihost netns $MODE"
