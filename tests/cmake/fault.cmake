@@ -46,6 +46,10 @@ kt_fault_test(mismatch.np3.bcast 120 3 scenario.sh --np 3 --max-s 30
   --env KAITIAN_TIMEOUT=60000 -- mismatch kind=bcast)
 kt_fault_test(mismatch.np3.p2ptag 120 3 scenario.sh --np 3 --max-s 30
   --env KAITIAN_TIMEOUT=60000 -- mismatch kind=p2ptag)
+# ... while ranks that are only late (2.5 s, one after another, over TCP,
+# where the waiting ranks send status notices) must get every result.
+kt_fault_test(late.np3.tcp 120 3 scenario.sh --np 3 --max-s 60
+  --env KAITIAN_TIMEOUT=60000 --env KAITIAN_TRANSPORT=tcp -- late sleep_ms=2500)
 # Sends waiting for each other in a cycle (each larger than the shm ring).
 kt_fault_test(mismatch.np2.sendfirst 120 2 scenario.sh --np 2 --max-s 30
   --grep "send of 1048576 bytes to rank [01] can never complete: rank [01] sends to rank [01] at the same time.*KAITIAN_SHM_P2P_BYTES.*kt_sendrecv"

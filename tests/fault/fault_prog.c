@@ -9,6 +9,7 @@
  *   mismatch   kind=bcast|bcastroot1|count|countlarge|dtype|op
  *   abort      mode=blocking|nonblocking [wait_ms=T] [strict=0|1]
  *   graceful   kind=late_destroy|p2p
+ *   late       [sleep_ms=T]              ranks late by T ms to the same operations
  * Unknown keys (the scripts pass mark=<unique marker>, to find leftover
  * processes by their command line) are ignored.
  *
@@ -527,6 +528,79 @@ static int scenario_mismatch(kt_comm comm) {
   return finish("mismatch: error on every rank", 0);
 }
 
+/* Ranks that are late but call the same operations must not be taken for
+ * mismatched ones: over TCP the ranks that wait send status notices after 1 s
+ * (docs/failures.md), which the late rank reads when it arrives. Before each
+ * of an allreduce, an allgatherv with a different count per rank, a broadcast
+ * from the last rank and a barrier, one rank (another each time) sleeps
+ * sleep_ms; every result is checked. */
+static int scenario_late(kt_comm comm) {
+  int64_t pause = arg_int("sleep_ms", 2500);
+  int p = g_size, me = g_rank;
+  enum { N = 1000 };
+  float *in = alloc_floats(N, 0.0f), *out = alloc_floats((size_t)N * (size_t)p, 0.0f);
+  size_t *counts = calloc((size_t)p, sizeof *counts), *displs = calloc((size_t)p, sizeof *displs);
+  if (!counts || !displs) {
+    fprintf(stderr, "fault_prog late: out of memory\n");
+    return 2;
+  }
+  size_t total = 0;
+  for (int r = 0; r < p; r++) {
+    counts[r] = 3 + 2 * (size_t)r;
+    displs[r] = total;
+    total += counts[r];
+  }
+  char msg[1024], name[64];
+  const char *what[4] = {"allreduce", "allgatherv", "broadcast", "barrier"};
+  for (int k = 0; k < 4; k++) {
+    if (me == (k + 1) % p) sleep_ms(pause);
+    kt_result r = KT_SUCCESS;
+    int64_t t0 = mono_ms();
+    if (k == 0) {
+      for (int i = 0; i < N; i++) in[i] = (float)(me + 1 + i % 7);
+      r = kt_allreduce(in, out, N, KT_FLOAT32, KT_SUM, comm);
+      for (int i = 0; r == KT_SUCCESS && i < N; i++)
+        if (out[i] != (float)(p * (p + 1) / 2 + p * (i % 7))) {
+          check_failed("allreduce: element %d is %g, expected %d", i, out[i], p * (p + 1) / 2 + p * (i % 7));
+          break;
+        }
+    } else if (k == 1) {
+      for (size_t j = 0; j < counts[me]; j++) in[j] = (float)(100 * me + (int)j);
+      r = kt_allgatherv(in, counts[me], out, counts, displs, KT_FLOAT32, comm);
+      for (int q = 0; r == KT_SUCCESS && q < p; q++)
+        for (size_t j = 0; j < counts[q]; j++)
+          if (out[displs[q] + j] != (float)(100 * q + (int)j)) {
+            check_failed("allgatherv: element %zu of rank %d is %g", j, q, out[displs[q] + j]);
+            q = p;
+            break;
+          }
+    } else if (k == 2) {
+      for (int i = 0; i < N; i++) in[i] = me == p - 1 ? (float)(i * 3) : -1.0f;
+      r = kt_broadcast(in, in, N, KT_FLOAT32, p - 1, comm);
+      for (int i = 0; r == KT_SUCCESS && i < N; i++)
+        if (in[i] != (float)(i * 3)) {
+          check_failed("broadcast: element %d is %g", i, in[i]);
+          break;
+        }
+    } else {
+      r = kt_barrier(comm);
+    }
+    if (r != KT_SUCCESS) {
+      snprintf(msg, sizeof msg, "%s", kt_last_error());
+      report_error(what[k], r, msg, mono_ms() - t0);
+      check_failed("%s failed (%s) although every rank called it, rank %d only %lld ms late: %s", what[k],
+                   code_name(r, name, sizeof name), (k + 1) % p, (long long)pause, msg);
+      break;
+    }
+  }
+  destroy_checked(comm);
+  free(in);
+  free(out);
+  free(counts);
+  free(displs);
+  return finish("late: every operation succeeded", 0);
+}
+
 /* Test 4: kt_comm_abort from another thread. */
 typedef struct abort_ctx {
   kt_comm comm;
@@ -749,6 +823,7 @@ int main(int argc, char **argv) {
   if (!strcmp(s, "mismatch")) return scenario_mismatch(comm);
   if (!strcmp(s, "abort")) return scenario_abort(comm);
   if (!strcmp(s, "graceful")) return scenario_graceful(comm);
+  if (!strcmp(s, "late")) return scenario_late(comm);
   fprintf(stderr, "fault_prog: unknown scenario '%s'\n", s);
   kt_comm_destroy(comm);
   return 2;

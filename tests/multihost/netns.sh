@@ -25,7 +25,8 @@
 #   the hierarchical allreduce, from root 0 (kind=bcast: no message of either
 #   side ever reaches the other; the ranks' status notices must catch it) and
 #   from root 1 (kind=bcastroot1: rank 1's broadcast completes and it waits in
-#   its next op).
+#   its next op); and, with no mismatch, every operation must succeed when the
+#   ranks are late to it in turn by 2.5 s (fault_prog late).
 # After each job no process may remain in any node. Namespaces, bridge and
 # veths are always removed (trap EXIT); the test checks that none is left.
 # Needs root; exits 77 (skipped) only where `ip netns add` fails.
@@ -299,6 +300,8 @@ if [ "$MODE" = kill ]; then
     run_ok "mismatch_$kind" 2 KAITIAN_TIMEOUT=60000 -- "$FAULT" mismatch "kind=$kind"
     grep -h "FAULT_ERROR" "$TMP"/mismatch_$kind.*.err | cut -c1-300
   done
+  step "late: the same operations, each rank 2.5 s late to one, 2 nodes x 2 ranks"
+  run_ok late 2 KAITIAN_TIMEOUT=60000 -- "$FAULT" late sleep_ms=2500
 fi
 
 echo "PASS multihost netns $MODE"
