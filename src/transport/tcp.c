@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -464,6 +465,14 @@ void kt__net_op_begin(kt__exec *ex) {
   t->next_status_ns = kt__now_ns() + STATUS_FIRST_NS;
 }
 
+/* Status notices are advice: skip one while the peer has left more than
+ * 4 KiB of earlier control frames unread, so that a frame is never cut short
+ * by a full socket buffer (the peer would take the rest for a corrupt frame). */
+static bool ctrl_backlogged(int fd) {
+  int queued = 0;
+  return ioctl(fd, TIOCOUTQ, &queued) != 0 || queued > 4096;
+}
+
 kt_result kt__net_stuck(kt__exec *ex) {
   struct kt__tcp *t = ex->comm->tcp;
   if (!t || t->nranks == 1) return KT_SUCCESS;
@@ -472,7 +481,8 @@ kt_result kt__net_stuck(kt__exec *ex) {
     kt__sig mine;
     kt__op_sig(ex->op, ex->comm->size, &mine);
     for (int i = 0; i < t->nranks; i++)
-      if (i != ex->comm->rank) send_ctrl_bytes(t->peers[i].ctrl_fd, CTRL_STATUS, KT_SUCCESS, &mine, sizeof mine);
+      if (i != ex->comm->rank && t->peers[i].ctrl_fd >= 0 && !ctrl_backlogged(t->peers[i].ctrl_fd))
+        send_ctrl_bytes(t->peers[i].ctrl_fd, CTRL_STATUS, KT_SUCCESS, &mine, sizeof mine);
     t->status_gap_ns = KT_MIN(2 * t->status_gap_ns, STATUS_MAX_NS);
     t->next_status_ns = now + t->status_gap_ns;
   }
