@@ -52,6 +52,8 @@ struct peer {
   kt__xfer *sq_head, *sq_tail; /* sends, in issue order */
   kt__xfer *rq_head, *rq_tail; /* receives, in issue order */
   bool said_bye;
+  kt_result abort_code; /* its abort notice, once read: what it reported ... */
+  char *abort_msg;      /* ... and why (kept: its connection closing next is no news) */
   size_t ctrl_fill;
   unsigned char ctrl_buf[sizeof(struct ctrl_frame) + KT_TCP_CTRL_TEXT];
 };
@@ -304,6 +306,9 @@ static kt_result check_status(kt__exec *ex, int peer, const kt__sig *theirs) {
 static kt_result handle_ctrl(kt__exec *ex, int peer) {
   struct kt_comm_s *c = ex->comm;
   struct peer *p = &c->tcp->peers[peer];
+  if (p->abort_msg) /* read before (by a phase watching its parent, say): the cause stays the cause */
+    return kt__err(p->abort_code, "rank %d failed and aborted the communicator: %s", kt__rank_label(c, peer),
+                   p->abort_msg);
   for (;;) {
     ssize_t r;
     KT_SYSCALL_RETRY(r, recv(p->ctrl_fd, p->ctrl_buf + p->ctrl_fill,
@@ -347,6 +352,8 @@ static kt_result handle_ctrl(kt__exec *ex, int peer) {
         KT_CHECK(check_status(ex, peer, &theirs));
       } else if (f.type == CTRL_ABORT) {
         kt_result code = (f.code > 0 && f.code <= KT_ERR_INTERNAL) ? (kt_result)f.code : KT_ERR_ABORTED;
+        p->abort_code = code;
+        p->abort_msg = strdup(text); /* NULL when out of memory: only the repeat is lost */
         return kt__err(code, "rank %d failed and aborted the communicator: %s", kt__rank_label(c, peer),
                        text);
       }
@@ -456,7 +463,9 @@ void kt__net_op_begin(kt__exec *ex) {
   struct kt__tcp *t = ex->comm->tcp;
   if (!t) return;
   const kt__op *op = ex->op;
-  if (op->seq == 0) { /* point-to-point: ranks issue different numbers of them */
+  /* Point-to-point ops are not numbered (ranks issue different numbers of
+   * them); over shared memory ranks compare signatures in the segment. */
+  if (op->seq == 0 || ex->comm->shm) {
     t->next_status_ns = INT64_MAX;
     return;
   }
@@ -807,6 +816,7 @@ void kt__tcp_close(struct kt_comm_s *c, bool graceful) {
     if (graceful) send_ctrl(p->ctrl_fd, CTRL_BYE, KT_SUCCESS, NULL);
     if (p->data_fd >= 0) close(p->data_fd);
     if (p->ctrl_fd >= 0) close(p->ctrl_fd);
+    free(p->abort_msg);
   }
   if (t->listen_fd >= 0) close(t->listen_fd);
   free(t->peers);
