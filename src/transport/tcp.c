@@ -302,13 +302,16 @@ static kt_result check_status(kt__exec *ex, int peer, const kt__sig *theirs) {
                  kt__rank_label(c, c->rank), a);
 }
 
+static kt_result peer_aborted(struct kt_comm_s *c, int peer, kt_result code, const char *why) {
+  return kt__err(code, "rank %d failed and aborted the communicator: %s", kt__rank_label(c, peer), why);
+}
+
 /* A control frame arrived (or the socket closed): decide what it means. */
 static kt_result handle_ctrl(kt__exec *ex, int peer) {
   struct kt_comm_s *c = ex->comm;
   struct peer *p = &c->tcp->peers[peer];
   if (p->abort_msg) /* read before (by a phase watching its parent, say): the cause stays the cause */
-    return kt__err(p->abort_code, "rank %d failed and aborted the communicator: %s", kt__rank_label(c, peer),
-                   p->abort_msg);
+    return peer_aborted(c, peer, p->abort_code, p->abort_msg);
   for (;;) {
     ssize_t r;
     KT_SYSCALL_RETRY(r, recv(p->ctrl_fd, p->ctrl_buf + p->ctrl_fill,
@@ -354,8 +357,7 @@ static kt_result handle_ctrl(kt__exec *ex, int peer) {
         kt_result code = (f.code > 0 && f.code <= KT_ERR_INTERNAL) ? (kt_result)f.code : KT_ERR_ABORTED;
         p->abort_code = code;
         p->abort_msg = strdup(text); /* NULL when out of memory: only the repeat is lost */
-        return kt__err(code, "rank %d failed and aborted the communicator: %s", kt__rank_label(c, peer),
-                       text);
+        return peer_aborted(c, peer, code, text);
       }
     }
   }
