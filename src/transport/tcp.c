@@ -280,16 +280,13 @@ static kt_result advance_recvs(kt__exec *ex, int peer, bool *moved) {
 static kt_result check_status(kt__exec *ex, int peer, const kt__sig *theirs) {
   const kt__op *op = ex->op;
   if (!op || op->seq == 0 || theirs->seq == 0) return KT_SUCCESS; /* setup; point-to-point */
+  if (theirs->seq > op->seq || op->seq - theirs->seq >= KT_TCP_HIST) return KT_SUCCESS;
   struct kt_comm_s *c = ex->comm;
-  kt__sig mine;
+  /* The op in progress and the ones before it, as kt__net_op_begin kept them
+   * (not kept over shared memory: nothing to compare there). */
+  const kt__sig mine = c->tcp->hist[theirs->seq % KT_TCP_HIST];
+  if (mine.seq != theirs->seq) return KT_SUCCESS;
   bool now = theirs->seq == op->seq;
-  if (now) {
-    kt__op_sig(op, c->size, &mine);
-  } else {
-    if (theirs->seq > op->seq || op->seq - theirs->seq >= KT_TCP_HIST) return KT_SUCCESS;
-    mine = c->tcp->hist[theirs->seq % KT_TCP_HIST];
-    if (mine.seq != theirs->seq) return KT_SUCCESS;
-  }
   if (kt__sig_equal(&mine, theirs)) return KT_SUCCESS;
   char a[160], b[160], who[128];
   kt__sig_describe(&mine, a, sizeof a);
@@ -489,11 +486,10 @@ kt_result kt__net_stuck(kt__exec *ex) {
   if (!t || t->nranks == 1) return KT_SUCCESS;
   int64_t now = kt__now_ns();
   if (now >= t->next_status_ns) {
-    kt__sig mine;
-    kt__op_sig(ex->op, ex->comm->size, &mine);
+    const kt__sig *mine = &t->hist[ex->op->seq % KT_TCP_HIST]; /* kt__net_op_begin's */
     for (int i = 0; i < t->nranks; i++)
       if (i != ex->comm->rank && t->peers[i].ctrl_fd >= 0 && !ctrl_backlogged(t->peers[i].ctrl_fd))
-        send_ctrl_bytes(t->peers[i].ctrl_fd, CTRL_STATUS, KT_SUCCESS, &mine, sizeof mine);
+        send_ctrl_bytes(t->peers[i].ctrl_fd, CTRL_STATUS, KT_SUCCESS, mine, sizeof *mine);
     t->status_gap_ns = KT_MIN(2 * t->status_gap_ns, STATUS_MAX_NS);
     t->next_status_ns = now + t->status_gap_ns;
   }
