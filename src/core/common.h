@@ -86,7 +86,11 @@ KT_INTERNAL void kt__log_set_rank(int rank);
 #define KT_PARAM_TYPE_INT int64_t
 #define KT_PARAM_TYPE_STR const char *
 #define KT_PARAM_TYPE_BOOL bool
-#define KT_PARAM(name, type, def, help) KT_INTERNAL KT_PARAM_TYPE_##type kt__param_##name(void);
+/* kt__param_X(): the value (the default when unset or empty);
+ * kt__param_set_X(): whether the environment set it (not empty). */
+#define KT_PARAM(name, type, def, help)                           \
+  KT_INTERNAL KT_PARAM_TYPE_##type kt__param_##name(void);        \
+  KT_INTERNAL bool kt__param_set_##name(void);
 #include "params.def"
 #undef KT_PARAM
 

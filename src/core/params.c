@@ -53,13 +53,19 @@ static const char *parse_str(const char *name, const char *s, const char *def) {
 #define KT_PARAM(name, type, def, help)                                          \
   static pthread_once_t once_##name = PTHREAD_ONCE_INIT;                        \
   static KT_PARAM_TYPE_##type value_##name;                                      \
+  static bool set_##name;                                                        \
   static void init_##name(void) {                                                \
     const char *s = getenv("KAITIAN_" #name);                                    \
-    value_##name = (s && *s) ? KT_PARAM_PARSE_##type(#name, s, def) : def;       \
+    set_##name = s && *s;                                                        \
+    value_##name = set_##name ? KT_PARAM_PARSE_##type(#name, s, def) : def;      \
   }                                                                              \
   KT_PARAM_TYPE_##type kt__param_##name(void) {                                  \
     pthread_once(&once_##name, init_##name);                                     \
     return value_##name;                                                         \
+  }                                                                              \
+  bool kt__param_set_##name(void) {                                              \
+    pthread_once(&once_##name, init_##name);                                     \
+    return set_##name;                                                           \
   }
 #include "params.def"
 #undef KT_PARAM

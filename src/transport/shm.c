@@ -14,16 +14,19 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-#define SHM_MAGIC 0x314d48535454424bull /* "KBTTSHM1" */
+#define SHM_MAGIC 0x324d48535454424bull /* "KBTTSHM2" */
 #define SHM_HDR_BYTES 4096
 #define SHM_SLOT_BYTES 512
 #define SHM_MAPS 4 /* peers' registered buffers kept mapped, per peer */
 #define SHM_LIVENESS_NS 100000000 /* check pids and sockets every 100 ms asleep */
 #define SHM_CYCLE_MAX 64         /* longest cycle of waiting sends looked for */
+#define SHM_MIN_REGION 65536     /* defaults shrink to fit /dev/shm down to these */
+#define SHM_MIN_P2P 65536
 
 typedef kt__sig sig;
 
@@ -31,7 +34,9 @@ typedef struct shm_hdr {
   _Atomic uint64_t magic; /* written last by the creator */
   uint32_t nlocal;
   uint32_t pad0;
-  uint64_t region;
+  uint64_t region;           /* sizes chosen by the creator (kt__shm_setup) */
+  uint64_t p2p;
+  uint64_t bytes;
   _Atomic uint32_t gen;      /* futex word: bumped by a post when someone sleeps */
   _Atomic uint32_t nwaiters; /* ranks asleep (or about to be) on gen */
   _Atomic uint32_t mapped;   /* ranks that mapped the segment */
@@ -73,6 +78,7 @@ struct kt__shm {
   shm_hdr *hdr;
   int n, me;
   size_t region;
+  int fd;                /* the segment's file: rings are reserved on first use */
   uint64_t step;         /* my posts so far (mirrors my slot) */
   uint64_t iter;         /* iterations begun */
   uint64_t prev_arrive;  /* step of my first post in the previous iteration */
@@ -82,8 +88,10 @@ struct kt__shm {
   int par;               /* parity of the current iteration */
   bool oversubscribed;   /* more local ranks than CPUs: yield, do not spin */
   int64_t spin_ns;
-  char *chans;           /* point-to-point rings, one per ordered pair */
+  struct chan *chans;    /* point-to-point ring heads, one per ordered pair */
+  char *rings;           /* their rings, p2p bytes each */
   size_t p2p;            /* bytes of each ring */
+  bool *ring_reserved;   /* [dst]: my ring to dst has its pages (reserve_ring) */
   uint32_t episode;      /* my send-only waits so far (slot's blocked) */
   struct peer_map *maps; /* peers' registered buffers mapped here, SHM_MAPS per rank */
   uint64_t map_clock;    /* for least-recently-used eviction */
@@ -98,8 +106,9 @@ struct peer_map {
   uint64_t used;
 };
 
-/* Head of the ring from one rank to another; the ring's bytes follow. Each
- * counter has one writer: head the sender, tail the receiver. */
+/* Head of the ring from one rank to another (the heads are together after
+ * the slots; the rings after the regions). Each counter has one writer: head
+ * the sender, tail the receiver. */
 typedef struct chan {
   _Atomic uint64_t head; /* bytes the sender has written, ever */
   char pad0[56];
@@ -115,13 +124,28 @@ static shm_slot *slot_at(void *base, int r) {
 
 static shm_slot *slot(const kt__shm *s, int r) { return slot_at(s->base, r); }
 
+/* Layout: header, n slots, n^2 ring heads (all reserved by the creator);
+ * then from data_offset the 4n regions (each rank reserves its own); then
+ * the n^2 rings (each reserved by its sender when it first sends). */
+static size_t chans_offset(int n) { return SHM_HDR_BYTES + (size_t)n * SHM_SLOT_BYTES; }
+
 static size_t data_offset(int n) {
-  size_t off = SHM_HDR_BYTES + (size_t)n * SHM_SLOT_BYTES;
+  size_t off = chans_offset(n) + (size_t)n * (size_t)n * CHAN_HDR_BYTES;
   return (off + 4095) & ~(size_t)4095;
 }
 
-static chan *chan_of(const kt__shm *s, int from, int to) {
-  return (chan *)(s->chans + ((size_t)from * (size_t)s->n + (size_t)to) * (CHAN_HDR_BYTES + s->p2p));
+static size_t rings_offset(int n, size_t region) {
+  return (data_offset(n) + (size_t)n * 4 * region + 4095) & ~(size_t)4095;
+}
+
+static size_t segment_bytes(int n, size_t region, size_t p2p) {
+  return rings_offset(n, region) + (size_t)n * (size_t)n * p2p;
+}
+
+static chan *chan_of(const kt__shm *s, int from, int to) { return &s->chans[(size_t)from * (size_t)s->n + (size_t)to]; }
+
+static char *ring_of(const kt__shm *s, int from, int to) {
+  return s->rings + ((size_t)from * (size_t)s->n + (size_t)to) * s->p2p;
 }
 
 size_t kt__shm_region_bytes(const struct kt_comm_s *c) { return c->shm->region; }
@@ -208,6 +232,45 @@ static kt_result setup_check_peers(struct kt_comm_s *c) {
   return kt__net_check_peers(&ex);
 }
 
+/* Default sizes (the variables unset) shrink, by halving, until the whole
+ * segment (every region and every ring, although rings are reserved only
+ * when used) takes at most 3/4 of what /dev/shm has free: a container's
+ * small /dev/shm then costs speed on large messages, not the job. Sizes a
+ * user set are kept; if they do not fit, reserving fails with a clear error.
+ * Returns the free bytes it found (0: not measured, sizes kept). */
+static uint64_t fit_sizes(int fd, int n, size_t *region, size_t *p2p) {
+  bool fit_region = !kt__param_set_SHM_CHUNK_BYTES(), fit_p2p = !kt__param_set_SHM_P2P_BYTES();
+  struct statvfs v;
+  if ((!fit_region && !fit_p2p) || fstatvfs(fd, &v) != 0) return 0;
+  uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize, budget = avail / 4 * 3;
+  for (;;) {
+    uint64_t regions = (uint64_t)n * 4 * *region, rings = (uint64_t)n * (uint64_t)(n - 1) * *p2p;
+    if (data_offset(n) + regions + rings <= budget) break;
+    bool can_r = fit_region && *region > SHM_MIN_REGION, can_p = fit_p2p && *p2p > SHM_MIN_P2P;
+    if (can_r && (regions >= rings || !can_p)) *region /= 2;
+    else if (can_p) *p2p /= 2;
+    else break; /* as small as allowed: reserving says whether it fits */
+  }
+  return avail;
+}
+
+static void warn_shrunk(const struct kt_comm_s *c, uint64_t avail, size_t region, size_t region0, size_t p2p,
+                        size_t p2p0, int n) {
+  if (region == region0 && p2p == p2p0) return;
+  char what[256] = "";
+  int k = 0;
+  if (region != region0)
+    k = snprintf(what, sizeof what, "regions of %zu KiB instead of %zu KiB (KAITIAN_SHM_CHUNK_BYTES)", region >> 10,
+                 region0 >> 10);
+  if (p2p != p2p0 && k >= 0 && (size_t)k < sizeof what)
+    snprintf(what + k, sizeof what - (size_t)k, "%spoint-to-point rings of %zu KiB instead of %zu KiB "
+             "(KAITIAN_SHM_P2P_BYTES)", k ? " and " : "", p2p >> 10, p2p0 >> 10);
+  KT_WARN("rank %d: /dev/shm has %.1f MiB free, too little for the shared memory of %d ranks with the default "
+          "sizes: %s; large messages move in smaller pieces. Give /dev/shm more room (docker run --shm-size, a "
+          "Kubernetes emptyDir with medium Memory), or set the sizes with those variables",
+          c->rank, (double)avail / (1 << 20), n, what);
+}
+
 kt_result kt__shm_setup(struct kt_comm_s *c) {
   kt_result res = KT_SUCCESS;
   char name[128];
@@ -215,15 +278,15 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
   int n = c->size;
   size_t region = (size_t)KT_MAX(kt__param_SHM_CHUNK_BYTES(), 4096);
   region = (region + 63) & ~(size_t)63;
-  size_t p2p = ((size_t)KT_MAX(kt__param_SHM_P2P_BYTES(), 4096) + 63) & ~(size_t)63;
-  size_t chans_off = data_offset(n) + (size_t)n * 4 * region;
-  size_t bytes = chans_off + (size_t)n * (size_t)n * (CHAN_HDR_BYTES + p2p);
+  size_t p2p = ((size_t)KT_MAX(kt__param_SHM_P2P_BYTES(), 4096) + 4095) & ~(size_t)4095;
+  size_t bytes = 0;
   int64_t deadline = kt__now_ns() + kt__param_CONNECT_TIMEOUT() * 1000000;
   bool leader = c->rank == 0;
   int fd = -1;
   void *base = MAP_FAILED;
   kt__shm *s = kt__calloc(1, sizeof *s); /* freed by kt__shm_close or below */
   if (!s) return KT_ERR_NO_MEMORY;
+  s->fd = -1;
 
   if (leader) {
     fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -233,8 +296,13 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
                     errno == EEXIST ? " (two communicators with the same prefix in one job?)" : "");
       goto fail;
     }
-    /* The header and the slots now; each rank reserves its own regions and
-     * rings below. */
+    /* The sizes are the creator's, published in the header: every rank
+     * uses them, whatever its own environment says. */
+    size_t region0 = region, p2p0 = p2p;
+    uint64_t avail = fit_sizes(fd, n, &region, &p2p);
+    bytes = segment_bytes(n, region, p2p);
+    /* The header, the slots and the ring heads now; each rank reserves its
+     * own regions below, and each ring when it first sends through it. */
     int fe = ftruncate(fd, (off_t)bytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)data_offset(n));
     if (fe != 0 || (base = map_fd(fd, bytes)) == MAP_FAILED) {
       res = kt__err(KT_ERR_SYSTEM, "rank %d: cannot size/map %zu bytes of shared memory %s: %s (is /dev/shm large enough? "
@@ -242,16 +310,23 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
                     c->rank, bytes, name, strerror(fe ? fe : errno));
       goto fail;
     }
+    warn_shrunk(c, avail, region, region0, p2p, p2p0, n);
     shm_hdr *h = base;
     h->nlocal = (uint32_t)n;
     h->region = region;
+    h->p2p = p2p;
+    h->bytes = bytes;
     atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
   } else {
-    /* The leader may not have created it yet: retry until it has. */
+    /* The leader may not have created it yet: retry until it has. Its one
+     * ftruncate gives the file its final size at once. */
     for (;;) {
       fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
       struct stat st;
-      if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == bytes) break;
+      if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size >= data_offset(n)) {
+        bytes = (size_t)st.st_size;
+        break;
+      }
       if (fd >= 0) close(fd);
       fd = -1;
       /* A dead rank 0's last words first: its reason, if it gave one. */
@@ -278,23 +353,28 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
       }
       usleep(100);
     }
+    const shm_hdr *h = base;
+    region = h->region;
+    p2p = h->p2p;
+    if (h->nlocal != (uint32_t)n || h->bytes != bytes || segment_bytes(n, region, p2p) != bytes) {
+      res = kt__err(KT_ERR_INTERNAL, "rank %d: shared memory %s has an unexpected layout (%u ranks, %zu bytes; "
+                    "this rank expected %d ranks: ranks of one job run different KaiTian builds?)",
+                    c->rank, name, h->nlocal, bytes, n);
+      goto fail;
+    }
   }
   shm_hdr *h = base;
-  /* Reserve the pages I write (my regions, my rings to the others) myself:
-   * they come from my NUMA node, since `kaitian run` binds ranks to CPUs, and
-   * the readers' side of every transfer is the only remote one. Reserving
-   * them now makes a /dev/shm too small for the segment an error here, not a
-   * SIGBUS in the middle of an operation. */
-  size_t ring_span = (size_t)n * (CHAN_HDR_BYTES + p2p);
+  /* Reserve the pages I write (my regions) myself: they come from my NUMA
+   * node, since `kaitian run` binds ranks to CPUs, and the readers' side of
+   * every transfer is the only remote one. Reserving them now makes a
+   * /dev/shm too small for the segment an error here, not a SIGBUS in the
+   * middle of an operation. */
   int fe = posix_fallocate(fd, (off_t)(data_offset(n) + (size_t)c->rank * 4 * region), (off_t)(4 * region));
-  if (fe == 0) fe = posix_fallocate(fd, (off_t)(chans_off + (size_t)c->rank * ring_span), (off_t)ring_span);
-  close(fd);
-  fd = -1;
   if (fe != 0) {
     res = kt__err(KT_ERR_SYSTEM, "rank %d: cannot reserve its %zu bytes of shared memory %s (%zu bytes for all %d ranks): %s "
                   "(is /dev/shm large enough? KAITIAN_SHM_CHUNK_BYTES and KAITIAN_SHM_P2P_BYTES size the segment; "
                   "KAITIAN_TRANSPORT=tcp needs none)",
-                  c->rank, 4 * region + ring_span, name, bytes, n, strerror(fe));
+                  c->rank, 4 * region, name, rings_offset(n, region), n, strerror(fe));
     record_failure(h, c->rank, res, kt_last_error()); /* the others stop waiting, with my reason */
     goto fail;
   }
@@ -329,16 +409,23 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
   s->n = n;
   s->me = c->rank;
   s->region = region;
-  s->chans = (char *)base + chans_off;
+  s->fd = fd;
+  s->chans = (chan *)((char *)base + chans_offset(n));
+  s->rings = (char *)base + rings_offset(n, region);
   s->p2p = p2p;
+  s->ring_reserved = calloc((size_t)n, sizeof *s->ring_reserved);
+  if (!s->ring_reserved) {
+    res = kt__err(KT_ERR_NO_MEMORY, "rank %d: out of memory setting up shared memory", c->rank);
+    goto fail; /* the others find this rank gone at their first wait */
+  }
   int ncpu = local_cpus(base, n);
   s->oversubscribed = ncpu > 0 && n > ncpu;
   s->spin_ns = kt__param_SHM_SPIN_NS();
   s->maps = calloc((size_t)n * SHM_MAPS, sizeof *s->maps);
   s->direct_off = !s->maps || kt__param_SHM_DIRECT_BYTES() <= 0;
   c->shm = s;
-  KT_INFO("rank %d: shared memory %s: %d ranks on %d CPU(s), %zu-byte regions, %zu bytes%s", c->rank, name, n, ncpu,
-          region, bytes, s->oversubscribed ? " (oversubscribed: yielding)" : "");
+  KT_INFO("rank %d: shared memory %s: %d ranks on %d CPU(s), %zu-byte regions, %zu-byte rings, %zu bytes%s", c->rank,
+          name, n, ncpu, region, p2p, bytes, s->oversubscribed ? " (oversubscribed: yielding)" : "");
   return KT_SUCCESS;
 fail:
   if (base != MAP_FAILED) munmap(base, bytes);
@@ -353,6 +440,8 @@ void kt__shm_close(struct kt_comm_s *c) {
   for (int i = 0; c->shm->maps && i < c->shm->n * SHM_MAPS; i++)
     if (c->shm->maps[i].base) munmap(c->shm->maps[i].base, c->shm->maps[i].len);
   free(c->shm->maps);
+  free(c->shm->ring_reserved);
+  if (c->shm->fd >= 0) close(c->shm->fd);
   munmap(c->shm->base, c->shm->bytes);
   free(c->shm);
   c->shm = NULL;
@@ -668,13 +757,30 @@ static kt_result p2p_stuck(kt__exec *ex, const void *arg) {
                  p->snd->len, kt__rank_label(c, p->dst), cycle, s->p2p);
 }
 
+/* My ring to dst gets its pages before my first message through it (the
+ * receiver reads only what was written): a /dev/shm without room for it is
+ * this error, not a SIGBUS. */
+static kt_result reserve_ring(kt__exec *ex, int dst) {
+  kt__shm *s = ex->comm->shm;
+  off_t at = (off_t)(ring_of(s, s->me, dst) - (char *)s->base);
+  int fe = posix_fallocate(s->fd, at, (off_t)s->p2p);
+  if (fe != 0)
+    return kt__err(KT_ERR_SYSTEM,
+                   "cannot reserve the %zu-byte shared-memory ring to rank %d: %s (is /dev/shm large enough? "
+                   "KAITIAN_SHM_P2P_BYTES sizes the rings; KAITIAN_TRANSPORT=tcp needs none)",
+                   s->p2p, kt__rank_label(ex->comm, dst), strerror(fe));
+  s->ring_reserved[dst] = true;
+  return KT_SUCCESS;
+}
+
 kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int src, void *rbuf, size_t rlen,
                       uint32_t tag) {
   kt__shm *s = ex->comm->shm;
   stream snd = {0}, rcv = {0};
   if (dst >= 0) {
+    if (!s->ring_reserved[dst]) KT_CHECK(reserve_ring(ex, dst));
     snd.ch = chan_of(s, s->me, dst);
-    snd.ring = (char *)snd.ch + CHAN_HDR_BYTES;
+    snd.ring = ring_of(s, s->me, dst);
     snd.pos = atomic_load_explicit(&snd.ch->head, memory_order_relaxed);
     uint32_t h32[2] = {P2P_MAGIC, tag}, dtype = (uint32_t)ex->op->dtype;
     uint64_t len = slen;
@@ -686,7 +792,7 @@ kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int 
   }
   if (src >= 0) {
     rcv.ch = chan_of(s, src, s->me);
-    rcv.ring = (char *)rcv.ch + CHAN_HDR_BYTES;
+    rcv.ring = ring_of(s, src, s->me);
     rcv.pos = atomic_load_explicit(&rcv.ch->tail, memory_order_relaxed);
     rcv.buf = rbuf;
     rcv.len = rlen;

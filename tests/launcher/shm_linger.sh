@@ -12,7 +12,8 @@ PY=${PYTHON:-/usr/bin/python3}
 need_mount_ns
 small() { with_shm 2m "$@"; } # run "$@" with a 2 MiB /dev/shm
 
-# Rank 0 runs out of a 2 MiB /dev/shm and removes the segment while other
+# Rank 0 runs out of a 2 MiB /dev/shm (the chunk size set, so that the sizes
+# do not shrink to fit) and removes the segment while other
 # ranks may still be waiting for it to appear, then stays alive (as a Python
 # program catching the error would): they stop within moments with its
 # reason, from its notice on their control sockets, instead of waiting for
@@ -29,7 +30,7 @@ print(f"init rc={rc} after {ms} ms: {lib.kt_last_error().decode()}", flush=True)
 if rc != 0 and os.environ["RANK"] == "0":
     time.sleep(8)
 PY
-small env KAITIAN_CONNECT_TIMEOUT=30000 PYTHON="$PY" "$KT" run -n 4 "$TMP/linger.py" "$(dirname "$KT")/libkaitian.so" \
+small env KAITIAN_CONNECT_TIMEOUT=30000 KAITIAN_SHM_CHUNK_BYTES=1048576 PYTHON="$PY" "$KT" run -n 4 "$TMP/linger.py" "$(dirname "$KT")/libkaitian.so" \
   >"$TMP/out" 2>"$TMP/err"
 expect_rc 0 $? "the lingering job"
 for r in 1 2 3; do
