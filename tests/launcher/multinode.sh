@@ -2,7 +2,8 @@
 # multinode.sh - two launchers on 127.0.0.1 as two nodes of one job: the
 # environment contract across nodes (ranks of both meet in node 0's store), a
 # failure on node 1 stops node 0 (non-zero, naming the rank), a missing
-# KAITIAN_JOB_SECRET and mismatched -n are clear errors, and the death of
+# KAITIAN_JOB_SECRET and mismatched --nnodes are clear errors, nodes may run
+# different numbers of ranks, and the death of
 # node 0's launcher stops node 1.
 # Args: KAITIAN_CLI STORE_PROBE
 . "$(dirname "$0")/lib.sh" "$@"
@@ -63,17 +64,55 @@ expect_grep 'node 1 failed' "$TMP/f0.err" "node 0 names node 1"
 [ $((t1 - t0)) -lt 15000 ] || fail "nodes took $((t1 - t0)) ms to stop"
 [ "$(count_marker)" = 0 ] || fail "ranks left: $(marker_pids)"
 
-# 3. Mismatched -n: node 1 refuses with a clear error; node 0 does not wait
-# for it forever.
+# 3. Mismatched --nnodes: node 1 refuses with a clear error; node 0, waiting
+# for it to join, stops with that reason instead of waiting for the timeout.
 port=$(free_port); M="127.0.0.1:$port"
+t0=$(now_ms)
 "$KT" run -n 2 --nnodes 2 --node-rank 0 --master "$M" true >"$TMP/m0.out" 2>"$TMP/m0.err" &
 p0=$!
-"$KT" run -n 3 --nnodes 2 --node-rank 1 --master "$M" true >"$TMP/m1.out" 2>"$TMP/m1.err"
+"$KT" run -n 2 --nnodes 3 --node-rank 1 --master "$M" true >"$TMP/m1.out" 2>"$TMP/m1.err"
 rc1=$?
 wait $p0; rc0=$?
-expect_rc 1 $rc1 "node 1 with another -n"
-expect_grep 'node 0 runs with -n 2 --nnodes 2 but node 1 with -n 3' "$TMP/m1.err" "mismatch message"
+t1=$(now_ms)
+expect_rc 1 $rc1 "node 1 with another --nnodes"
+expect_grep 'node 0 runs with --nnodes 2 but node 1 with --nnodes 3' "$TMP/m1.err" "mismatch message"
 [ "$rc0" != 0 ] || fail "node 0 exited 0 although node 1 could not join"
+expect_grep 'node 0: the job failed before every node joined: node 1 .* could not join the job: node 0 runs with --nnodes 2' \
+  "$TMP/m0.err" "node 0 gives node 1's reason"
+[ $((t1 - t0)) -lt 10000 ] || fail "node 0 took $((t1 - t0)) ms to give up on node 1"
+
+# 3b. Different -n per node: 2 ranks on node 0, 1 on node 1 (started first).
+# Ranks are numbered node by node; the probe meets all 3 in the store, and a
+# checked allreduce/allgather/sendrecv runs across both launchers.
+port=$(free_port); M="127.0.0.1:$port"
+"$KT" run -n 1 --nnodes 2 --node-rank 1 --master "$M" "$PROBE" >"$TMP/u1.out" 2>"$TMP/u1.err" &
+p1=$!
+sleep 0.3
+"$KT" run -n 2 --nnodes 2 --node-rank 0 --master "$M" "$PROBE" >"$TMP/u0.out" 2>"$TMP/u0.err"
+rc0=$?
+wait $p1; rc1=$?
+expect_rc 0 $rc0 "node 0 (-n 2)"
+expect_rc 0 $rc1 "node 1 (-n 1)"
+for spec in "0 0 0 2" "1 0 1 2" "2 1 0 1"; do
+  set -- $spec
+  line=$(grep "^\[$1\] PROBE " "$TMP/u$2.out") || fail "no PROBE line of rank $1 on node $2"
+  for kv in "rank=$1" "local=$3" "world=3" "lws=$4" "group=$2" "gws=2" "rws=3" "met=3"; do
+    echo "$line" | grep -q " $kv\( \|$\)" || fail "uneven nodes, rank $1: expected $kv in: $line"
+  done
+done
+port=$(free_port); M="127.0.0.1:$port"
+"$KT" run -n 1 --nnodes 2 --node-rank 1 --master "$M" "$KT" bench -C allreduce,allgather,sendrecv -b 8 -e 1M -f 32 \
+  -n 2 -w 0 -c 1 >"$TMP/b1.out" 2>"$TMP/b1.err" &
+p1=$!
+"$KT" run -n 2 --nnodes 2 --node-rank 0 --master "$M" "$KT" bench -C allreduce,allgather,sendrecv -b 8 -e 1M -f 32 \
+  -n 2 -w 0 -c 1 >"$TMP/b0.out" 2>"$TMP/b0.err"
+rc0=$?
+wait $p1; rc1=$?
+expect_rc 0 $rc0 "bench on node 0 (-n 2): $(tail -3 "$TMP/b0.err")"
+expect_rc 0 $rc1 "bench on node 1 (-n 1): $(tail -3 "$TMP/b1.err")"
+expect_grep '^\[0\] # ranks 3 ' "$TMP/b0.out" "the bench ran on 3 ranks"
+grep -q '# wrong values: 0 OK' "$TMP/b0.out" || fail "uneven nodes: results not checked OK: $(tail -3 "$TMP/b0.out")"
+
 # 4. Node 0's launcher dies: node 1 notices the store is gone and stops.
 port=$(free_port); M="127.0.0.1:$port"
 "$KT" run -n 1 --nnodes 2 --node-rank 0 --master "$M" "$SLEEPER" 1000 >"$TMP/k0.out" 2>"$TMP/k0.err" &

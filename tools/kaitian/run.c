@@ -306,7 +306,7 @@ static char **build_env(const run_state *s, const job_env *je, const kt_run_rank
   size_t k = 0, x = 0;
   for (size_t i = 0; i < n; i++)
     if (!is_owned(environ[i])) env[k++] = environ[i];
-  int world = s->o.nproc * s->o.nnodes;
+  int world = s->multi ? s->node.world : s->o.nproc;
 #define ADD(...)                                          \
   do {                                                    \
     if (!(extra[x] = xasprintf(__VA_ARGS__))) goto fail;  \
@@ -733,7 +733,7 @@ static void start_ranks(run_state *s, const job_env *je, const kt_run_exec *ex) 
   for (int i = 0; i < s->o.nproc; i++) {
     kt_run_rank *r = &s->ranks[i];
     r->local_rank = i;
-    r->rank = s->o.node_rank * s->o.nproc + i;
+    r->rank = (s->multi ? s->node.rank_base : 0) + i;
     char **extra = NULL;
     char **env = build_env(s, je, r, &extra);
     kt_result res = env ? kt__run_spawn(r, ex, env, s->o.prefix)

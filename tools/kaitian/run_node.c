@@ -31,6 +31,17 @@ static kt_result interrupted(kt_run_node *n, const char *what) {
                  kt__run_signame(n->interrupted_by, tmp, sizeof tmp), what);
 }
 
+/* While waiting for the others to join: a node that could not join (or
+ * failed otherwise) posted its failure line; stop with it. */
+static bool another_failed(kt_run_node *n, kt_result *res) {
+  char line[1400], host[256];
+  int status = 0, node = -1;
+  if (kt__run_node_poll_failure(n, line, sizeof line, &status, &node, host, sizeof host) != 1) return false;
+  const char *text = strncmp(line, "kaitian run: ", 13) == 0 ? line + 13 : line;
+  *res = kt__err(KT_ERR_ABORTED, "node %d: the job failed before every node joined: %s", n->node_rank, text);
+  return true;
+}
+
 kt_result kt__run_node_join(kt_run_node *n, const char *host, int port, const char *secret) {
   kt_result res;
   char key[64], val[32];
@@ -62,13 +73,16 @@ kt_result kt__run_node_join(kt_run_node *n, const char *host, int port, const ch
                   n->node_rank, n->nnodes - 1);
     goto fail;
   }
-  snprintf(val, sizeof val, "%d %d", n->nproc, n->nnodes);
+  /* Node 0 says how many nodes there are; every node says how many ranks it
+   * runs (-n may differ between nodes) and, once all have, numbers its
+   * ranks after those of the nodes before it. */
+  snprintf(val, sizeof val, "%d", n->nnodes);
   if (n->node_rank == 0) {
-    KT_CHECK_GOTO(kt_store_set(n->store, KT_RUN_KEY_NPROC, val, strlen(val)), res, fail);
+    KT_CHECK_GOTO(kt_store_set(n->store, KT_RUN_KEY_NNODES, val, strlen(val)), res, fail);
   } else {
     char got[32];
     for (;;) {
-      res = kt_store_get(n->store, KT_RUN_KEY_NPROC, got, sizeof got - 1, &len, SLICE_MS);
+      res = kt_store_get(n->store, KT_RUN_KEY_NNODES, got, sizeof got - 1, &len, SLICE_MS);
       if (res != KT_ERR_TIMEOUT || kt__now_ms() >= deadline) break;
       if (pending_stop_signal()) {
         res = interrupted(n, "waiting for node 0 to join");
@@ -76,20 +90,50 @@ kt_result kt__run_node_join(kt_run_node *n, const char *host, int port, const ch
       }
     }
     if (res != KT_SUCCESS) {
-      kt__error_prefix("node %d: node 0 did not publish its -n within %lld ms: ", n->node_rank,
-                       (long long)timeout);
+      kt__error_prefix("node %d: node 0 did not join within %lld ms: ", n->node_rank, (long long)timeout);
       goto fail;
     }
     got[len] = '\0';
     if (strcmp(got, val) != 0) {
-      int p0 = 0, m0 = 0;
-      sscanf(got, "%d %d", &p0, &m0);
       res = kt__err(KT_ERR_INVALID_ARGUMENT,
-                    "node 0 runs with -n %d --nnodes %d but node %d with -n %d --nnodes %d; "
-                    "every node must use the same values",
-                    p0, m0, n->node_rank, n->nproc, n->nnodes);
+                    "node 0 runs with --nnodes %s but node %d with --nnodes %d; every node must use the "
+                    "same value",
+                    got, n->node_rank, n->nnodes);
       goto fail;
     }
+  }
+  snprintf(key, sizeof key, KT_RUN_KEY_NPROC "%d", n->node_rank);
+  snprintf(val, sizeof val, "%d", n->nproc);
+  KT_CHECK_GOTO(kt_store_set(n->store, key, val, strlen(val)), res, fail);
+  n->rank_base = 0;
+  n->world = 0;
+  for (int j = 0; j < n->nnodes; j++) {
+    char got[32];
+    snprintf(key, sizeof key, KT_RUN_KEY_NPROC "%d", j);
+    for (;;) {
+      res = kt_store_get(n->store, key, got, sizeof got - 1, &len, SLICE_MS);
+      if (res != KT_ERR_TIMEOUT || kt__now_ms() >= deadline) break;
+      if (pending_stop_signal()) {
+        res = interrupted(n, "waiting for the other nodes to join");
+        goto fail;
+      }
+      if (j != n->node_rank && another_failed(n, &res)) goto fail; /* it will never join */
+    }
+    if (res != KT_SUCCESS) {
+      kt__error_prefix("node %d: node %d did not join within %lld ms (KAITIAN_CONNECT_TIMEOUT; is its "
+                       "launcher running, with --node-rank %d?): ",
+                       n->node_rank, j, (long long)timeout, j);
+      goto fail;
+    }
+    got[len] = '\0';
+    int np = atoi(got);
+    if (np < 1 || (int64_t)n->world + np > (1 << 30)) {
+      res = kt__err(KT_ERR_INVALID_ARGUMENT, "node %d published -n %s: not a rank count this job can use",
+                    j, got);
+      goto fail;
+    }
+    if (j < n->node_rank) n->rank_base += np;
+    n->world += np;
   }
   return KT_SUCCESS;
 fail:

@@ -24,7 +24,8 @@ int kt_tool_info(int argc, char **argv);
 #define KT_RUN_KEY_FAILED_INFO "kaitian/run/failed_info" /* "node status host" */
 #define KT_RUN_KEY_FAILURES "kaitian/run/failures"      /* counter: who posts */
 #define KT_RUN_KEY_DONE "kaitian/run/done"              /* counter of nodes done */
-#define KT_RUN_KEY_NPROC "kaitian/run/nproc"            /* -n of node 0 */
+#define KT_RUN_KEY_NNODES "kaitian/run/nnodes"          /* --nnodes of node 0 */
+#define KT_RUN_KEY_NPROC "kaitian/run/nproc/"           /* + node rank: its -n */
 #define KT_RUN_KEY_NODE "kaitian/run/node/"             /* + node rank: join count */
 
 /* One output stream of one rank, forwarded line by line. */
@@ -117,13 +118,16 @@ KT_INTERNAL int kt__run_describe_status(int wstatus, char *buf, size_t cap);
 typedef struct kt_run_node {
   kt_store store;     /* client connection; NULL on a single node */
   int node_rank, nnodes, nproc;
+  int rank_base;      /* join: global rank of this node's local rank 0 */
+  int world;          /* join: ranks on all nodes (the sum of their -n) */
   char host[256];     /* this machine's hostname, for messages */
   bool posted;        /* this node posted the job's first failure */
   int interrupted_by; /* join: the signal that interrupted it, else 0 */
 } kt_run_node;
 /* Connect to the store at host:port with secret, claim node_rank (a second
- * launcher with the same node rank is an error) and check that node 0 uses
- * the same -n. Fails with a message naming what disagreed; a pending
+ * launcher with the same node rank is an error), check that node 0 uses the
+ * same --nnodes, publish this node's -n and wait for every node's: sets
+ * rank_base and world. Fails with a message naming what disagreed; a pending
  * SIGINT/SIGTERM/SIGHUP ends the wait with KT_ERR_ABORTED and sets
  * interrupted_by. On failure n->store is NULL. */
 KT_INTERNAL kt_result kt__run_node_join(kt_run_node *n, const char *host, int port,
