@@ -20,7 +20,7 @@ typedef struct algo {
   const char *name;
   kt__algo_fn fn;
   int needs; /* ANY; SHM: every rank on this host with a segment; SHM_SMALL: and fits one region;
-               HIER: ranks on several hosts, as many on each (c->local, c->cross) */
+               HIER: ranks on several hosts (c->local; c->cross on the first c->shards local ranks) */
 } algo;
 
 static const algo algos[] = {
@@ -118,7 +118,7 @@ static bool can_run(struct kt_comm_s *c, const kt__op *op, const algo *a) {
   /* Uneven reduce-scatter blocks (internal, hierarchical allreduce): shm only. */
   if (op->coll == KT_COLL_REDUCE_SCATTER && op->counts && a->needs != SHM) return false;
   if (a->needs == ANY) return true;
-  if (a->needs == HIER) return c->local && c->cross;
+  if (a->needs == HIER) return c->local != NULL; /* every rank of the communicator alike */
   if (!c->shm) return false;
   if (a->needs == SHM_SMALL)
     return op->count * kt_dtype_size(op->dtype) <= kt__shm_region_bytes(c);

@@ -158,17 +158,20 @@ static kt_result setup_hierarchy(struct kt_comm_s *c, const kt__tcp_addr *all) {
     }
     count[hostof[j]]++;
   }
-  L = count[0];
-  for (int h = 1; h < nhosts; h++)
-    if (count[h] != L) L = -1;
-  if (L < 0) KT_INFO("rank %d: %d hosts with different numbers of ranks: no hierarchy, TCP between every pair of ranks",
-                     c->rank, nhosts);
-  if (L < 2) goto exit; /* uneven hosts, or one rank per host: TCP only */
+  /* Shards: the fewest ranks any host has. Hosts with more run their extra
+   * ranks' part of an op within the host only (their cross is NULL). */
+  int S = count[0], most = count[0];
+  for (int h = 1; h < nhosts; h++) {
+    S = KT_MIN(S, count[h]);
+    most = KT_MAX(most, count[h]);
+  }
+  if (most < 2) goto exit; /* one rank per host: TCP only */
+  L = count[host];
   KT_CHECK_GOTO(kt_comm_split(c, host, c->rank, &c->local), res, exit);
-  KT_CHECK_GOTO(kt_comm_split(c, lrank, c->rank, &c->cross), res, exit);
+  KT_CHECK_GOTO(kt_comm_split(c, lrank < S ? lrank : KT_SPLIT_NOCOLOR, c->rank, &c->cross), res, exit);
+  c->shards = S;
   c->local->label = kt__calloc((size_t)L, sizeof *c->local->label);
-  c->cross->label = kt__calloc((size_t)nhosts, sizeof *c->cross->label);
-  if (!c->local->label || !c->cross->label) {
+  if (!c->local->label || (c->cross && !(c->cross->label = kt__calloc((size_t)nhosts, sizeof *c->cross->label)))) {
     res = KT_ERR_NO_MEMORY;
     goto exit;
   }
@@ -177,10 +180,13 @@ static kt_result setup_hierarchy(struct kt_comm_s *c, const kt__tcp_addr *all) {
   for (int h = 0; h < nhosts; h++) count[h] = 0;
   for (int j = 0, nl = 0, nc = 0; j < n; j++) {
     if (hostof[j] == host) c->local->label[nl++] = j;
-    if (count[hostof[j]]++ == lrank) c->cross->label[nc++] = j;
+    if (count[hostof[j]]++ == lrank && c->cross) c->cross->label[nc++] = j;
   }
-  KT_INFO("rank %d: %d hosts x %d ranks: shared memory within the host, TCP between hosts", c->rank,
-          nhosts, L);
+  if (S == most)
+    KT_INFO("rank %d: %d hosts x %d ranks: shared memory within the host, TCP between hosts", c->rank, nhosts, L);
+  else
+    KT_INFO("rank %d: %d hosts with %d to %d ranks: shared memory within the host, TCP between hosts for the "
+            "first %d of each", c->rank, nhosts, S, most, S);
 exit:
   free(hostof);
   free(count);

@@ -101,11 +101,14 @@ struct kt_comm_s {
   struct kt__tcp *tcp;          /* TCP transport state */
   struct kt__shm *shm;          /* shared memory, when every rank is on this host */
   bool all_local;               /* every rank is on this host */
-  /* Ranks on several hosts, the same number L >= 2 on each (comm.c): children
-   * for the hierarchical algorithms, used only by the thread executing this
-   * communicator's op. local: the ranks of this host (shared memory); cross:
-   * the rank with my local index on every host (TCP). */
+  /* Ranks on several hosts, at least one of them with two or more (comm.c):
+   * children for the hierarchical algorithms, used only by the thread
+   * executing this communicator's op. local: the ranks of this host (shared
+   * memory when there are several); cross: the rank with my local index on
+   * every host (TCP), for the first `shards` local indices (the fewest ranks
+   * any host has), NULL for the others. */
   struct kt_comm_s *local, *cross;
+  int shards;
   int *label;                   /* children: each rank's rank in the parent, for messages */
 
   /* Ordering: operations execute one at a time in issue order. */

@@ -11,7 +11,9 @@
 #      the hierarchical algorithm (shared memory in each node, TCP between
 #      them); again with KAITIAN_TRANSPORT=tcp (TCP only), and on a
 #      communicator split off 3 nodes x 2 ranks without rank 5 (nodes of 2,
-#      2 and 1 ranks: no hierarchy) (when built);
+#      2 and 1 ranks: the hierarchy with one shard), and every case of
+#      allreduce on nodes of 3 and 2 ranks (the hierarchy with two shards and
+#      a rank that has none) (when built);
 #   3. 2 nodes with KAITIAN_SOCKET_IFNAME set to the veth name (bench);
 #   4. 2 nodes with KAITIAN_SOCKET_IFNAME naming no interface: every launcher
 #      must fail, quickly, with a message naming the variable.
@@ -132,6 +134,16 @@ export UTS
 # start_node K NNODES OUTNAME [VAR=VALUE ...] -- PROGRAM ARGS...: start the
 # launcher of node K in its namespace, with its own host name (UTS namespace),
 # in the background; its pid goes to $TMP/OUTNAME.K.pid.
+# Ranks of node K: the K+1-th word of $NPROCS (set for one job), else 2.
+nproc_of() {
+  np_i=0
+  for np_w in ${NPROCS:-}; do
+    [ "$np_i" = "$1" ] && { echo "$np_w"; return; }
+    np_i=$((np_i + 1))
+  done
+  echo 2
+}
+
 start_node() {
   k=$1 nn=$2 name=$3
   shift 3
@@ -141,7 +153,7 @@ start_node() {
   # shellcheck disable=SC2086
   ip netns exec "$(node_ns "$k")" $UTS sh -c '[ -z "$UTS" ] || hostname "$0" && exec "$@"' "ktnode$k" \
     env KAITIAN_JOB_SECRET="$SECRET" $envs \
-    "$KT" run -n 2 --nnodes "$nn" --node-rank "$k" --master "$NET.1:$PORT" "$@" \
+    "$KT" run -n "$(nproc_of "$k")" --nnodes "$nn" --node-rank "$k" --master "$NET.1:$PORT" "$@" \
     >"$TMP/$name.$k.out" 2>"$TMP/$name.$k.err" &
   echo $! >"$TMP/$name.$k.pid"
 }
@@ -221,8 +233,14 @@ if [ -n "$COLL" ] && [ -x "$COLL" ]; then
   run_ok colltcp 2 KAITIAN_TIMEOUT=120000 KAITIAN_TRANSPORT=tcp -- "$COLL" --quick
   step "2d. coll_test --quick --drop-rank 5, 3 nodes x 2 ranks: nodes of 2, 2 and 1 ranks"
   run_ok colluneven 3 KAITIAN_TIMEOUT=120000 KAITIAN_DEBUG=INFO -- "$COLL" --quick --drop-rank 5 --coll allreduce,reduce_scatter,broadcast,alltoall
-  grep -q 'hosts with different numbers of ranks: no hierarchy' "$TMP/colluneven.0.err" ||
-    fail "colluneven: rank 0 did not log that the split communicator has no hierarchy"
+  grep -q '3 hosts with 1 to 2 ranks: shared memory within the host, TCP between hosts for the first 1 of each' \
+    "$TMP/colluneven.0.err" || fail "colluneven: rank 0 did not log the uneven hierarchy of the split communicator"
+  step "2e. coll_test, nodes of 3 and 2 ranks (kaitian run -n 3 / -n 2), every case of allreduce"
+  NPROCS="3 2"
+  run_ok collnodes 2 KAITIAN_TIMEOUT=120000 KAITIAN_DEBUG=INFO -- "$COLL" --coll allreduce
+  NPROCS=""
+  grep -q '2 hosts with 2 to 3 ranks: shared memory within the host, TCP between hosts for the first 2 of each' \
+    "$TMP/collnodes.0.err" || fail "collnodes: rank 0 did not log the uneven hierarchy"
 else
   echo "note: coll_test not given or not built ('$COLL'); step 2 skipped"
 fi
