@@ -42,11 +42,27 @@ static bool another_failed(kt_run_node *n, kt_result *res) {
   return true;
 }
 
+/* Wait (in slices, until deadline) for key and read it into buf as a
+ * string. Ends early on SIGINT/SIGTERM/SIGHUP and when another node posted
+ * a failure (it may be the one that will never write key). */
+static kt_result wait_key(kt_run_node *n, const char *key, char *buf, size_t cap, int64_t deadline,
+                          const char *what) {
+  size_t len = 0;
+  kt_result res;
+  for (;;) {
+    res = kt_store_get(n->store, key, buf, cap - 1, &len, SLICE_MS);
+    if (res != KT_ERR_TIMEOUT || kt__now_ms() >= deadline) break;
+    if (pending_stop_signal()) return interrupted(n, what);
+    if (another_failed(n, &res)) return res;
+  }
+  if (res == KT_SUCCESS) buf[len] = '\0';
+  return res;
+}
+
 kt_result kt__run_node_join(kt_run_node *n, const char *host, int port, const char *secret) {
   kt_result res;
   char key[64], val[32];
   int64_t count = 0;
-  size_t len = 0;
   if (gethostname(n->host, sizeof n->host) != 0) snprintf(n->host, sizeof n->host, "?");
   n->host[sizeof n->host - 1] = '\0';
   int64_t timeout = kt__param_CONNECT_TIMEOUT();
@@ -81,19 +97,10 @@ kt_result kt__run_node_join(kt_run_node *n, const char *host, int port, const ch
     KT_CHECK_GOTO(kt_store_set(n->store, KT_RUN_KEY_NNODES, val, strlen(val)), res, fail);
   } else {
     char got[32];
-    for (;;) {
-      res = kt_store_get(n->store, KT_RUN_KEY_NNODES, got, sizeof got - 1, &len, SLICE_MS);
-      if (res != KT_ERR_TIMEOUT || kt__now_ms() >= deadline) break;
-      if (pending_stop_signal()) {
-        res = interrupted(n, "waiting for node 0 to join");
-        goto fail;
-      }
-    }
-    if (res != KT_SUCCESS) {
+    res = wait_key(n, KT_RUN_KEY_NNODES, got, sizeof got, deadline, "waiting for node 0 to join");
+    if (res == KT_ERR_TIMEOUT)
       kt__error_prefix("node %d: node 0 did not join within %lld ms: ", n->node_rank, (long long)timeout);
-      goto fail;
-    }
-    got[len] = '\0';
+    if (res != KT_SUCCESS) goto fail;
     if (strcmp(got, val) != 0) {
       res = kt__err(KT_ERR_INVALID_ARGUMENT,
                     "node 0 runs with --nnodes %s but node %d with --nnodes %d; every node must use the "
@@ -110,22 +117,12 @@ kt_result kt__run_node_join(kt_run_node *n, const char *host, int port, const ch
   for (int j = 0; j < n->nnodes; j++) {
     char got[32];
     snprintf(key, sizeof key, KT_RUN_KEY_NPROC "%d", j);
-    for (;;) {
-      res = kt_store_get(n->store, key, got, sizeof got - 1, &len, SLICE_MS);
-      if (res != KT_ERR_TIMEOUT || kt__now_ms() >= deadline) break;
-      if (pending_stop_signal()) {
-        res = interrupted(n, "waiting for the other nodes to join");
-        goto fail;
-      }
-      if (j != n->node_rank && another_failed(n, &res)) goto fail; /* it will never join */
-    }
-    if (res != KT_SUCCESS) {
+    res = wait_key(n, key, got, sizeof got, deadline, "waiting for the other nodes to join");
+    if (res == KT_ERR_TIMEOUT)
       kt__error_prefix("node %d: node %d did not join within %lld ms (KAITIAN_CONNECT_TIMEOUT; is its "
                        "launcher running, with --node-rank %d?): ",
                        n->node_rank, j, (long long)timeout, j);
-      goto fail;
-    }
-    got[len] = '\0';
+    if (res != KT_SUCCESS) goto fail;
     int np = atoi(got);
     if (np < 1 || (int64_t)n->world + np > (1 << 30)) {
       res = kt__err(KT_ERR_INVALID_ARGUMENT, "node %d published -n %s: not a rank count this job can use",
