@@ -42,7 +42,7 @@ KT_INTERNAL kt_result kt__scatter_shm(kt__exec *ex);
 KT_INTERNAL kt_result kt__alltoallv_shm(kt__exec *ex);      /* alltoall too */
 KT_INTERNAL kt_result kt__barrier_shm(kt__exec *ex);
 KT_INTERNAL kt_result kt__p2p_shm(kt__exec *ex);            /* send, recv, sendrecv */
-/* Several hosts, shared memory within each (c->local, c->cross). */
+/* Several hosts, shared memory within each (c->local; c->cross only on local ranks below c->shards). */
 KT_INTERNAL kt_result kt__allreduce_hierarchical(kt__exec *ex);
 
 /* Pick the algorithm for op (tuner.c). *name receives its name for logs. */

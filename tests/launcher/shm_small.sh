@@ -74,8 +74,10 @@ no_sigbus "rings"
 grep -q '^\[0\] *1024 .*allreduce\|^\[0\] *1024 .*sum' "$TMP/out" || fail "the allreduce before the send/recv did not run: $(cat "$TMP/out")"
 expect_grep 'cannot reserve the 1048576-byte shared-memory ring to rank [01]: No space left on device \(is /dev/shm large enough\? KAITIAN_SHM_P2P_BYTES' \
   "$TMP/err" "the rank without room for its ring says so"
-expect_grep 'rank [01] failed and aborted the communicator: .*cannot reserve the 1048576-byte shared-memory ring' \
-  "$TMP/err" "its peer stops with that reason"
+# Both ranks reserve at once: either only one runs out (the other gets its
+# abort notice) or both do (each reports its own); both name the ring.
+[ "$(grep -c 'cannot reserve the 1048576-byte shared-memory ring' "$TMP/err")" -ge 2 ] ||
+  fail "not both ranks named the ring: $(cat "$TMP/err")"
 [ $((t1 - t0)) -lt 20000 ] || fail "the ring failure took $((t1 - t0)) ms to stop the job"
 
 # 5. TCP needs no /dev/shm.
