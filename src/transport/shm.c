@@ -27,6 +27,10 @@
 #define SHM_CYCLE_MAX 64         /* longest cycle of waiting sends looked for */
 #define SHM_MIN_REGION 65536     /* defaults shrink to fit /dev/shm down to these */
 #define SHM_MIN_P2P 65536
+/* What every "no room in /dev/shm" error of the segment ends with. */
+#define SEGMENT_HINT                                                                                     \
+  "(is /dev/shm large enough? KAITIAN_SHM_CHUNK_BYTES and KAITIAN_SHM_P2P_BYTES size the segment; " \
+  "KAITIAN_TRANSPORT=tcp needs none)"
 
 typedef kt__sig sig;
 
@@ -305,8 +309,7 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
      * own regions below, and each ring when it first sends through it. */
     int fe = ftruncate(fd, (off_t)bytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)data_offset(n));
     if (fe != 0 || (base = map_fd(fd, bytes)) == MAP_FAILED) {
-      res = kt__err(KT_ERR_SYSTEM, "rank %d: cannot size/map %zu bytes of shared memory %s: %s (is /dev/shm large enough? "
-                    "KAITIAN_SHM_CHUNK_BYTES and KAITIAN_SHM_P2P_BYTES size the segment; KAITIAN_TRANSPORT=tcp needs none)",
+      res = kt__err(KT_ERR_SYSTEM, "rank %d: cannot size/map %zu bytes of shared memory %s: %s " SEGMENT_HINT,
                     c->rank, bytes, name, strerror(fe ? fe : errno));
       goto fail;
     }
@@ -372,8 +375,7 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
   int fe = posix_fallocate(fd, (off_t)(data_offset(n) + (size_t)c->rank * 4 * region), (off_t)(4 * region));
   if (fe != 0) {
     res = kt__err(KT_ERR_SYSTEM, "rank %d: cannot reserve its %zu bytes of shared memory %s (%zu bytes for all %d ranks): %s "
-                  "(is /dev/shm large enough? KAITIAN_SHM_CHUNK_BYTES and KAITIAN_SHM_P2P_BYTES size the segment; "
-                  "KAITIAN_TRANSPORT=tcp needs none)",
+                  SEGMENT_HINT,
                   c->rank, 4 * region, name, rings_offset(n, region), n, strerror(fe));
     record_failure(h, c->rank, res, kt_last_error()); /* the others stop waiting, with my reason */
     goto fail;
