@@ -6,7 +6,9 @@
 Pure Python over libkaitian.so (ctypes): no compile against torch. Also the
 device-neutral helpers a training script needs (the "seed API"):
 local_device_count(), set_device(i), device(), global_world_size(),
-global_rank(), manual_seed(seed).
+global_rank(), manual_seed(seed). And heterogeneous data parallelism
+(hetero.py): measure_capability(), capabilities(), HeteroSampler, HeteroDDP,
+weighted_mean().
 """
 import torch.distributed as _dist
 
@@ -15,11 +17,14 @@ from ._completion import KaitianError
 from ._device import (device, global_rank, global_world_size, local_device_count, manual_seed,
                       set_device)
 from ._tensors import KaitianUnsupported
+from .hetero import (HeteroDDP, HeteroSampler, capabilities, measure_capability, shares,
+                     weighted_mean)
 from .process_group import ProcessGroupKaitian
 
 __all__ = ["ProcessGroupKaitian", "KaitianError", "KaitianUnsupported", "BACKEND", "device",
            "global_rank", "global_world_size", "local_device_count", "manual_seed", "set_device",
-           "library_path", "core_version"]
+           "library_path", "core_version", "measure_capability", "capabilities", "HeteroSampler",
+           "HeteroDDP", "weighted_mean", "shares"]
 
 BACKEND = "kaitian"
 library_path = _lib.path

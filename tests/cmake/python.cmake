@@ -40,6 +40,15 @@ kt_py_test(ops_file_init 200 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_ops.py --init 
 foreach(scenario timeout dead_peer mismatch ddp)
   kt_py_test(errors_${scenario} 120 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_errors.py ${scenario})
 endforeach()
+kt_py_test(hetero_sampler 120 ${KT_PYTHON} ${KT_PY_DIR}/test_hetero.py sampler)
+kt_py_test(hetero_exact_np2 200 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_hetero.py exact --caps 1,3)
+kt_py_test(hetero_exact_np3 200 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_hetero.py exact --caps 1,2,5)
+kt_py_test(hetero_exact_np4_accum 200 ${KT_CLI} run -n 4 ${KT_PY_DIR}/test_hetero.py exact
+           --caps 2,1,1,3 --accum 2)
+kt_py_test(hetero_exact_np3_gloo 200 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_hetero.py exact
+           --caps 1,2,5 --accum 2 --backend gloo)
+kt_py_test(hetero_slow 120 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_hetero.py slow)
+set_tests_properties(python_hetero_slow PROPERTIES SKIP_RETURN_CODE 77)
 kt_py_test(async 200 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_async.py)
 kt_py_test(train_digits 600 ${KT_PYTHON} ${KT_PY_DIR}/test_train_digits.py ${KT_CLI})
 kt_py_test(conformance_smoke 600 ${KT_PYTHON} ${KT_PY_DIR}/conformance.py --world-size 2
