@@ -9,6 +9,9 @@ In one run, on the same ranks:
      no_sync) and communication (the rest), for both backends, with DDP's
      default gradient buckets and with gradient_as_bucket_view=True.
 
+Also `--hetero` (bench of heterogeneous data parallelism, _bench_hetero.py) and
+`--optim` (the CPU optimizer kernels, _bench_optim.py), each with its own --help.
+
 Started plainly it forks its own ranks (-n, default 2), each bound to its own
 block of CPUs as `kaitian run` binds them (docs/launcher.md); under `kaitian
 run` or torchrun (RANK set) it uses the ranks it was started as.
@@ -284,7 +287,16 @@ def _free_port():
         return s.getsockname()[1]
 
 
+_OTHER = {"--hetero": "_bench_hetero", "--optim": "_bench_optim"}
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    for flag, module in _OTHER.items():  # the other benchmarks, with their own options
+        if flag in argv:
+            import importlib
+            argv.remove(flag)
+            return importlib.import_module(f"{__package__}.{module}").main(argv)
     ap = argparse.ArgumentParser(prog="python -m torch_kaitian.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", "--nproc", type=int, default=2, help="ranks to fork (default 2)")

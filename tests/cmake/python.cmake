@@ -49,6 +49,7 @@ kt_py_test(hetero_exact_np3_gloo 200 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_hetero
            --caps 1,2,5 --accum 2 --backend gloo)
 kt_py_test(hetero_slow 120 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_hetero.py slow)
 set_tests_properties(python_hetero_slow PROPERTIES SKIP_RETURN_CODE 77)
+kt_py_test(train_hetero 400 ${KT_PYTHON} ${KT_PY_DIR}/test_train_hetero.py ${KT_CLI})
 kt_py_test(async 200 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_async.py)
 kt_py_test(train_digits 600 ${KT_PYTHON} ${KT_PY_DIR}/test_train_digits.py ${KT_CLI})
 kt_py_test(conformance_smoke 600 ${KT_PYTHON} ${KT_PY_DIR}/conformance.py --world-size 2

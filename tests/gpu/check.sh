@@ -6,6 +6,10 @@
 #      is available; async, errors, import);
 #   2. a job mixing a CUDA rank and a CPU rank (CUDA hidden from rank 1):
 #      test_ops --quick and the digits demo;
+#   2b. heterogeneous data parallelism in a job of one CUDA rank and two CPU
+#      ranks (kaitian run --devices cuda:1,cpu:2): HeteroSampler + HeteroDDP
+#      against one process in float64 (test_hetero.py exact --on-device), the
+#      example train_hetero.py, and measure_capability on both device types;
 #   3. the digits demo on CUDA, 2 ranks, over kaitian and over gloo (same
 #      seed: the loss curves are printed side by side; nccl refuses two ranks
 #      on one GPU);
@@ -49,6 +53,14 @@ SH
 chmod +x "$OUT/cpu_rank1.sh"
 run mixed_ops "$KT" run -n 2 "$OUT/cpu_rank1.sh" "$T/test_ops.py" --own-device
 run mixed_digits "$KT" run -n 2 "$OUT/cpu_rank1.sh" "$ROOT/examples/train_digits.py" --epochs 4 --loss-log "$OUT/mixed.json"
+if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.device_count() >= 1 else 1)'; then
+  run hetero_exact "$KT" run --devices cuda:1,cpu:2 "$T/test_hetero.py" exact --caps 4,1,1 --on-device
+  run hetero_exact_accum "$KT" run --devices cuda:1,cpu:2 "$T/test_hetero.py" exact --caps 4,1,1 --accum 2 --on-device
+  run hetero_example "$KT" run --devices cuda:1,cpu:2 "$ROOT/examples/train_hetero.py" --epochs 8
+  echo "train_hetero:"; tail -n 9 "$OUT/hetero_example.log"
+else
+  echo "== hetero_*: SKIP (no CUDA device)"
+fi
 run digits_cuda "$KT" run -n 2 "$ROOT/examples/train_digits.py" --loss-log "$OUT/kaitian.json"
 run digits_gloo "$KT" run -n 2 "$ROOT/examples/train_digits.py" --backend gloo --loss-log "$OUT/gloo.json"
 "$PY" - "$OUT/kaitian.json" "$OUT/gloo.json" <<'PYEOF' || fails=$((fails + 1))

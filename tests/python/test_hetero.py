@@ -3,7 +3,8 @@
   sampler   one process: HeteroSampler's shares, disjoint and complete epochs for
             odd dataset sizes and world sizes 1-5, identical views, determinism,
             lengths, the DataLoader paths and their errors; KAITIAN_CAPABILITIES.
-  exact     under `kaitian run -n P` (--caps 1,3 ...): a float64 model trained
+  exact     under `kaitian run -n P` (--caps 1,3 ...; --on-device: on each rank's
+            device of the launcher's plan, e.g. --devices cuda:1,cpu:2): a float64 model trained
             5 steps with HeteroSampler + HeteroDDP (uneven shares, a short last
             batch of an epoch, a rank with an empty batch, no_sync accumulation)
             ends with the parameters of one process trained on the union of each
@@ -232,10 +233,10 @@ def reference(caps, accum):
     return model, losses, steps
 
 
-def train(caps, accum, ddp_class, use_loader):
+def train(caps, accum, ddp_class, use_loader, dev):
     rank, p = dist.get_rank(), dist.get_world_size()
     ds = make_data()
-    model = ddp_class(make_model())
+    model = ddp_class(make_model().to(dev), device_ids=[dev.index] if dev.type == "cuda" else None)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     sampler = tk.HeteroSampler(ds, BATCH, seed=1, capabilities=caps)
     sizes, losses = [], []
@@ -247,6 +248,7 @@ def train(caps, accum, ddp_class, use_loader):
         for x, y in loader:
             if done == STEPS * accum:
                 break
+            x, y = x.to(dev), y.to(dev)
             last = (done + 1) % accum == 0
             if done % accum == 0:
                 opt.zero_grad()
@@ -267,18 +269,19 @@ def train(caps, accum, ddp_class, use_loader):
 
 
 def rel_diff(a, b):
-    return max(((x - y).abs().max() / y.abs().max().clamp_min(1e-300)).item()
+    return max(((x.cpu() - y).abs().max() / y.abs().max().clamp_min(1e-300)).item()
                for x, y in zip(a.parameters(), b.parameters()))
 
 
-def test_exact(caps, accum, backend_note):
+def test_exact(caps, accum, backend_note, on_device):
     rank, p = dist.get_rank(), dist.get_world_size()
     check(len(caps) == p, f"--caps {caps} for {p} ranks")
     ref, ref_losses, steps = reference(caps, accum)
     sizes_all = [[len(b) for b in mb] for st in steps for mb in st]
     check(p == 1 or any(0 in s for s in sizes_all), f"the plan has no empty batch: {sizes_all}")
     use_loader = any(0 in s for s in sizes_all)
-    got, sizes, losses = train(caps, accum, tk.HeteroDDP, use_loader)
+    dev = tk.device() if on_device else torch.device("cpu")
+    got, sizes, losses = train(caps, accum, tk.HeteroDDP, use_loader, dev)
     mine = [s[rank] for s in sizes_all]
     check(sizes == mine, f"local batch sizes {sizes}, expected {mine}")
     d = rel_diff(got, ref)
@@ -287,11 +290,13 @@ def test_exact(caps, accum, backend_note):
     check(dl <= 1e-12, f"weighted_mean of the losses vs the union's loss: {dl:.3e}")
     dp = 0.0
     if p > 1:  # one rank: plain DDP is the union too
-        plain, _, _ = train(caps, accum, DDP, use_loader)
+        plain, _, _ = train(caps, accum, DDP, use_loader, dev)
         dp = rel_diff(plain, ref)
         check(dp > 1e-6, f"plain DDP matches the union too ({dp:.3e}): the test cannot tell")
+    devs = [None] * p
+    dist.all_gather_object(devs, str(dev))
     if rank == 0:
-        print(f"PASS exact p={p} caps={caps} accum={accum} {backend_note}: HeteroDDP {d:.2e}, "
+        print(f"PASS exact p={p} caps={caps} accum={accum} {backend_note} on {devs}: HeteroDDP {d:.2e}, "
               f"plain DDP {dp:.2e}; batches per step {sizes_all}", flush=True)
 
 
@@ -340,13 +345,15 @@ def main():
     ap.add_argument("--caps", default="1,3")
     ap.add_argument("--accum", type=int, default=1)
     ap.add_argument("--backend", default="kaitian")
+    ap.add_argument("--on-device", action="store_true",
+                    help="exact: train on torch_kaitian.device() (the launcher's plan)")
     a = ap.parse_args()
     if a.what == "sampler":
         return test_sampler()
     dist.init_process_group(a.backend)
     try:
         if a.what == "exact":
-            test_exact([float(c) for c in a.caps.split(",")], a.accum, a.backend)
+            test_exact([float(c) for c in a.caps.split(",")], a.accum, a.backend, a.on_device)
         else:
             test_slow()
     finally:
