@@ -20,3 +20,23 @@ if(TARGET fault_prog)
   set_tests_properties(multihost.netns.kill PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE
     SKIP_RETURN_CODE 77 LABELS "multihost")
 endif()
+
+# Heterogeneous data parallelism across hosts: Python ranks, so not in
+# sanitizer builds (an ASan libkaitian cannot be loaded into python3).
+if(NOT (KT_SANITIZE_ADDRESS OR KT_SANITIZE_THREAD))
+  if(DEFINED ENV{PYTHON} AND NOT "$ENV{PYTHON}" STREQUAL "")
+    set(KT_MH_PYTHON "$ENV{PYTHON}")
+  else()
+    set(KT_MH_PYTHON /usr/bin/python3)
+  endif()
+  execute_process(COMMAND ${KT_MH_PYTHON} -c "import torch.distributed"
+                  RESULT_VARIABLE kt_mh_py_rc OUTPUT_QUIET ERROR_QUIET)
+  if(kt_mh_py_rc EQUAL 0)
+    add_test(NAME multihost.netns.hetero
+      COMMAND ${CMAKE_COMMAND} -E env KAITIAN_LIBRARY=$<TARGET_FILE:kaitian> PYTHON=${KT_MH_PYTHON}
+              PYTHONPATH=${PROJECT_SOURCE_DIR}/python
+              sh ${KT_MULTIHOST_DIR}/netns.sh ${KT_CLI} hetero ${KT_TEST_DIR}/python/test_hetero.py)
+    set_tests_properties(multihost.netns.hetero PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE
+      SKIP_RETURN_CODE 77 LABELS "multihost;python;no_sanitizer")
+  endif()
+endif()

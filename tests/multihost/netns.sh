@@ -29,17 +29,24 @@
 #   from root 1 (kind=bcastroot1: rank 1's broadcast completes and it waits in
 #   its next op); and, with no mismatch, every operation must succeed when the
 #   ranks are late to it in turn by 2.5 s (fault_prog late).
+# MODE hetero (PROGRAM: tests/python/test_hetero.py; needs $PYTHON with torch
+#   and torch_kaitian importable): heterogeneous data parallelism across hosts,
+#   nodes of 3 and 2 ranks (each node its own plan, --devices cpu:3 / cpu:2):
+#   HeteroSampler + HeteroDDP with capabilities 1:2:5:1:3 and no_sync
+#   accumulation end with the parameters of one process (float64, 1e-10),
+#   over kaitian (hierarchical) and gloo.
 # After each job no process may remain in any node. Namespaces, bridge and
 # veths are always removed (trap EXIT); the test checks that none is left.
 # Needs root; exits 77 (skipped) only where `ip netns add` fails.
 # Args: KAITIAN_CLI MODE [PROGRAM]
 set -u
-KT=${1:?usage: $0 KAITIAN_CLI jobs|kill [PROGRAM]}
-MODE=${2:?usage: $0 KAITIAN_CLI jobs|kill [PROGRAM]}
+KT=${1:?usage: $0 KAITIAN_CLI jobs|kill|hetero [PROGRAM]}
+MODE=${2:?usage: $0 KAITIAN_CLI jobs|kill|hetero [PROGRAM]}
 PROG=${3:-}
 case "$MODE" in
   jobs) COLL=$PROG ;;
   kill) FAULT=$PROG; [ -x "$FAULT" ] || { echo "FAIL: mode kill needs fault_prog, got '$FAULT'" >&2; exit 1; } ;;
+  hetero) HETERO=$PROG; [ -f "$HETERO" ] || { echo "FAIL: mode hetero needs test_hetero.py, got '$HETERO'" >&2; exit 1; } ;;
   *) echo "FAIL: unknown mode '$MODE'" >&2; exit 1 ;;
 esac
 [ -x "$KT" ] || { echo "FAIL: $KT is not executable" >&2; exit 1; }
@@ -320,6 +327,29 @@ if [ "$MODE" = kill ]; then
   done
   step "late: the same operations, each rank 2.5 s late to one, 2 nodes x 2 ranks"
   run_ok late 2 KAITIAN_TIMEOUT=60000 -- "$FAULT" late sleep_ms=2500
+fi
+
+if [ "$MODE" = hetero ]; then
+  for backend in kaitian gloo; do
+    step "heterogeneous data parallelism over $backend, nodes of 3 and 2 ranks, capabilities 1:2:5:1:3"
+    new_secret
+    for k in 0 1; do
+      np=$((3 - k))
+      ip netns exec "$(node_ns "$k")" $UTS sh -c '[ -z "$UTS" ] || hostname "$0" && exec "$@"' "ktnode$k" \
+        env KAITIAN_JOB_SECRET="$SECRET" KAITIAN_TIMEOUT=120000 GLOO_SOCKET_IFNAME=ktv0 \
+        "$KT" run --devices "cpu:$np" --nnodes 2 --node-rank "$k" --master "$NET.1:$PORT" \
+        "$HETERO" exact --caps 1,2,5,1,3 --accum 2 --backend "$backend" \
+        >"$TMP/het$backend.$k.out" 2>"$TMP/het$backend.$k.err" &
+      echo $! >"$TMP/het$backend.$k.pid"
+    done
+    wait_nodes "het$backend" 2 $JOB_LIMIT
+    for k in 0 1; do
+      eval "rc=\$RC_$k"
+      [ "$rc" = 0 ] || fail "het$backend: the launcher of node $k exited $rc"
+    done
+    grep -h "PASS exact p=5" "$TMP/het$backend.0.out" || fail "het$backend: rank 0 did not pass"
+    check_no_procs "het$backend"
+  done
 fi
 
 echo "PASS multihost netns $MODE"
