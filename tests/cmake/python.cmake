@@ -50,6 +50,12 @@ kt_py_test(hetero_exact_np3_gloo 200 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_hetero
 kt_py_test(hetero_slow 120 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_hetero.py slow)
 set_tests_properties(python_hetero_slow PROPERTIES SKIP_RETURN_CODE 77)
 kt_py_test(train_hetero 400 ${KT_PYTHON} ${KT_PY_DIR}/test_train_hetero.py ${KT_CLI})
+foreach(np 1 2 3 4 5 6 7 8)
+  kt_py_test(topology_np${np} 200 ${KT_CLI} run -n ${np} ${KT_PY_DIR}/test_topology.py)
+endforeach()
+foreach(np 4 6)
+  kt_py_test(topology_np${np}_gloo 200 ${KT_CLI} run -n ${np} ${KT_PY_DIR}/test_topology.py --backend gloo)
+endforeach()
 kt_py_test(async 200 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_async.py)
 kt_py_test(train_digits 600 ${KT_PYTHON} ${KT_PY_DIR}/test_train_digits.py ${KT_CLI})
 kt_py_test(conformance_smoke 600 ${KT_PYTHON} ${KT_PY_DIR}/conformance.py --world-size 2
