@@ -1,7 +1,9 @@
 """torch_kaitian.parallel - the training toolkit for models that outgrow plain
 data parallelism, over torch.distributed (any backend; fastest over "kaitian"):
-Topology (process groups of a multi-dimensional job, in the order you choose).
+Topology (process groups of a multi-dimensional job, in the order you choose),
+ZeroOptimizer (ZeRO stage 1 and 2, node-local sharding, CPU offload).
 See docs/parallel.md."""
 from .topology import Topology
+from .zero import ZeroOptimizer
 
-__all__ = ["Topology"]
+__all__ = ["Topology", "ZeroOptimizer"]
