@@ -10,7 +10,8 @@ In one run, on the same ranks:
      default gradient buckets and with gradient_as_bucket_view=True.
 
 Also `--hetero` (bench of heterogeneous data parallelism, _bench_hetero.py) and
-`--optim` (the CPU optimizer kernels, _bench_optim.py), each with its own --help.
+`--optim` (the CPU optimizer kernels, _bench_optim.py) and `--zero` (ZeroOptimizer
+against ZeroRedundancyOptimizer and DDP, _bench_zero.py), each with its own --help.
 
 Started plainly it forks its own ranks (-n, default 2), each bound to its own
 block of CPUs as `kaitian run` binds them (docs/launcher.md); under `kaitian
@@ -287,7 +288,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
-_OTHER = {"--hetero": "_bench_hetero", "--optim": "_bench_optim"}
+_OTHER = {"--hetero": "_bench_hetero", "--optim": "_bench_optim", "--zero": "_bench_zero"}
 
 
 def main(argv=None):
