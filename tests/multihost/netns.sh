@@ -34,7 +34,8 @@
 #   nodes of 3 and 2 ranks (each node its own plan, --devices cpu:3 / cpu:2):
 #   HeteroSampler + HeteroDDP with capabilities 1:2:5:1:3 and no_sync
 #   accumulation end with the parameters of one process (float64, 1e-10),
-#   over kaitian (hierarchical) and gloo.
+#   over kaitian (hierarchical) and gloo; and test_zero.py check on 2 nodes x
+#   2 ranks, where shard_group='node' shards inside each node.
 # After each job no process may remain in any node. Namespaces, bridge and
 # veths are always removed (trap EXIT); the test checks that none is left.
 # Needs root; exits 77 (skipped) only where `ip netns add` fails.
@@ -350,6 +351,11 @@ if [ "$MODE" = hetero ]; then
     grep -h "PASS exact p=5" "$TMP/het$backend.0.out" || fail "het$backend: rank 0 did not pass"
     check_no_procs "het$backend"
   done
+  step "ZeroOptimizer across 2 nodes x 2 ranks (shard_group='node': sharded inside each node)"
+  run_ok zero 2 KAITIAN_TIMEOUT=120000 KAITIAN_DEBUG=WARN -- "$(dirname "$HETERO")/test_zero.py" check
+  grep -q "shard_group='node'.*shards of 2, node-local" "$TMP/zero.0.out" ||
+    fail "zero: shard_group='node' did not shard inside each node"
+  grep -h "PASS zero check" "$TMP/zero.0.out" || fail "zero: rank 0 did not pass"
 fi
 
 echo "PASS multihost netns $MODE"
