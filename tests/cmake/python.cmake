@@ -1,9 +1,10 @@
 # python.cmake - the PyTorch backend (python/torch_kaitian): import and library
 # lookup, every operation at 1-3 ranks and over env:// tcp:// file://, errors
 # surfacing from the core, asynchronous completion and DDP, the README's
-# training job against gloo, a slice of torch's own conformance suite and the
-# benchmark. Needs a Python with torch ($PYTHON, else /usr/bin/python3); the
-# full conformance suite is `make conformance` (tests/python/conformance.py).
+# training job against gloo, a slice of torch's own conformance suite, the
+# benchmark and torch_kaitian.optim.CPUAdam against torch's Adam/AdamW. Needs
+# a Python with torch ($PYTHON, else /usr/bin/python3); the full conformance
+# suite is `make conformance` (tests/python/conformance.py).
 # Not under sanitizers: an ASan/TSan libkaitian cannot be loaded into python3.
 if(KT_SANITIZE_ADDRESS OR KT_SANITIZE_THREAD)
   return()
@@ -32,6 +33,7 @@ function(kt_py_test name timeout)
 endfunction()
 
 kt_py_test(import 60 ${KT_PYTHON} ${KT_PY_DIR}/test_import.py)
+kt_py_test(cpu_adam 300 ${KT_PYTHON} ${KT_PY_DIR}/test_cpu_adam.py)
 kt_py_test(device 60 ${KT_PYTHON} ${KT_PY_DIR}/test_device.py)
 kt_py_test(ops_np1 300 ${KT_CLI} run -n 1 ${KT_PY_DIR}/test_ops.py)
 kt_py_test(ops_np2 300 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_ops.py)

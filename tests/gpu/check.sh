@@ -10,9 +10,9 @@
 #      ranks (kaitian run --devices cuda:1,cpu:2): HeteroSampler + HeteroDDP
 #      against one process in float64 (test_hetero.py exact --on-device), the
 #      example train_hetero.py, and measure_capability on both device types;
-#   3. the digits demo on CUDA, 2 ranks, over kaitian and over gloo (same
-#      seed: the loss curves are printed side by side; nccl refuses two ranks
-#      on one GPU);
+#   3. the digits demo, 2 ranks of the default device plan (auto: one rank per
+#      GPU, then CPU ranks; on a 1-GPU host cuda:0 and cpu), over kaitian and
+#      over gloo (same seed: the loss curves are printed side by side);
 #   4. torch's conformance suite (tests/python/conformance.py) at 2 and 3 ranks,
 #      with CUDA hidden (the suite needs a GPU per rank otherwise);
 #   5. python -m torch_kaitian.bench (CPU tensors, kaitian vs gloo) on this torch;

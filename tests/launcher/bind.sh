@@ -3,7 +3,8 @@
 # block i of the launcher's CPUs (contiguous in CPU order, sizes differing by
 # at most 1, together all of them); with none, or with more ranks than CPUs,
 # every rank may run on all of the launcher's CPUs; taskset around the
-# launcher is honoured; OMP_NUM_THREADS follows the CPUs the launcher may use.
+# launcher is honoured; OMP_NUM_THREADS is the size of the rank's block
+# (unbound: the launcher's CPUs / N, at least 1).
 # Args: KAITIAN_CLI
 . "$(dirname "$0")/lib.sh" "$@"
 
@@ -29,9 +30,9 @@ for N in 1 2 3 "$C"; do
   [ "$N" -le "$C" ] || continue
   "$KT" run -n "$N" sh -c "$PROBE" >"$TMP/auto$N.out" 2>"$TMP/auto$N.err"
   expect_rc 0 $? "run -n $N (bind auto)"
-  omp=$((C / N)); [ $omp -lt 1 ] && omp=1
   r=0
   while [ $r -lt "$N" ]; do
+    omp=$(((r + 1) * C / N - r * C / N))  # the size of its block
     want=$(slice $((r * C / N)) $(((r + 1) * C / N)) "$ALL")
     got=$(rank_cpus $r "$TMP/auto$N.out")
     [ "$got" = "$want" ] || fail "-n $N: rank $r bound to '$got', expected '$want' (of '$ALL')"

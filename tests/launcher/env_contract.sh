@@ -12,9 +12,11 @@ RANK=99 WORLD_SIZE=99 KAITIAN_JOB_ID=stale KAITIAN_STORE_ADDR=1.2.3.4:5 \
 expect_rc 0 $? "run -n 3 store probe"
 
 cpus=$(nproc)  # the CPUs the launcher may run on, as it counts them
-omp=$((cpus / 3)); [ $omp -lt 1 ] && omp=1
 [ "$(grep -c '^\[[0-9]\] PROBE ' "$TMP/a.out")" = 3 ] || fail "expected 3 PROBE lines"
 for r in 0 1 2; do
+  # Bound (3 <= CPUs): the size of its block; else CPUs / 3, at least 1.
+  if [ "$cpus" -ge 3 ]; then omp=$(((r + 1) * cpus / 3 - r * cpus / 3))
+  else omp=1; fi
   line=$(grep "^\[$r\] PROBE " "$TMP/a.out") || fail "no output from rank $r"
   for kv in "rank=$r" "local=$r" "world=3" "lws=3" "group=0" "gws=1" "role=$r" "rws=3" \
             "maddr=127.0.0.1" "omp=$omp" "unbuffered=1" "met=3"; do

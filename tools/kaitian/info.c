@@ -87,6 +87,16 @@ static void env_markdown(void) {
          "| Variable | Type | Default | Description |\n"
          "| --- | --- | --- | --- |\n");
   kt__param_visit(md_param, NULL);
+  printf("\n"
+         "## Device switches\n"
+         "\n"
+         "`kaitian run` also reads two variables for each device type, named after the type\n"
+         "and therefore not rows of the table: `KAITIAN_USE_<TYPE>` and `USE_<TYPE>` (`TYPE`\n"
+         "upper-cased: `USE_CUDA`, `KAITIAN_USE_XPU`, `KAITIAN_USE_CPU`). `0`, `no`, `false` or\n"
+         "`off` switches the type off: `--devices auto` plans no rank on it, and an explicit\n"
+         "plan that needs it is an error. `1`, `yes`, `true`, `on` or unset leave it on.\n"
+         "`KAITIAN_USE_<TYPE>` wins when both are set; any other value is an error. A switch\n"
+         "is read only for a type the plan would use. See [launcher.md](launcher.md).\n");
 }
 
 int kt_tool_info(int argc, char **argv) {

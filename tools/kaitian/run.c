@@ -27,10 +27,14 @@ extern char **environ;
 #define TERM_TO_KILL_MS 3000
 /* Multi-node: how often the store is asked whether another node failed. */
 #define NODE_POLL_MS 200
-#define MAX_NPROC 4096
+#define MAX_NPROC KT_RUN_MAX_NPROC
 
 typedef struct run_opts {
   int nproc, nnodes, node_rank;
+  bool nproc_given;     /* -n was given (else 1, or the device plan's sum) */
+  const char *devices;  /* --devices as given, or NULL */
+  kt_run_devspec devspec; /* --devices, else KAITIAN_DEVICES, else auto */
+  int cpus_per_accel;   /* --cpus-per-accel: CPUs bound to each accelerator rank */
   const char *master;   /* "HOST:PORT" as given, or NULL */
   char master_host[256];
   int master_port;
@@ -72,10 +76,19 @@ static void usage(FILE *f) {
           "\n"
           "Start N ranks of PROGRAM on this node (a .py file runs under $PYTHON, else\n"
           "/usr/bin/python3) with the torchrun environment (RANK, WORLD_SIZE, ...) and\n"
-          "KaiTian's own (KAITIAN_STORE_ADDR, ...). See docs/launcher.md.\n"
+          "KaiTian's own (KAITIAN_STORE_ADDR, KAITIAN_DEVICE, ...). See docs/launcher.md.\n"
           "\n"
           "options:\n"
-          "  -n, --nproc-per-node N   ranks on this node (default 1)\n"
+          "  -n, --nproc-per-node N   ranks on this node (default 1, or the --devices plan's\n"
+          "                           sum, which N must equal when both are given)\n"
+          "  --devices SPEC           the device of each local rank: TYPE[:COUNT],... in rank\n"
+          "                           order, e.g. cuda:2,cpu:2 (ranks 0-1 on cuda:0 and cuda:1,\n"
+          "                           2-3 on the CPU); or auto (default, or $KAITIAN_DEVICES):\n"
+          "                           for a .py PROGRAM every accelerator torch sees, one rank\n"
+          "                           each, then CPU ranks up to N; otherwise N CPU ranks.\n"
+          "                           USE_<TYPE>=0 or KAITIAN_USE_<TYPE>=0 switches a type off\n"
+          "  --cpus-per-accel K       CPUs bound to each accelerator rank (default 1); the CPU\n"
+          "                           ranks share the rest\n"
           "  --nnodes M               number of nodes (default 1)\n"
           "  --node-rank K            this node's rank, 0..M-1 (default 0)\n"
           "  --master HOST:PORT       node 0's address; node 0 serves the rendezvous store\n"
@@ -86,13 +99,14 @@ static void usage(FILE *f) {
           "                           forwarded signal before they are killed (default 5)\n"
           "  --no-prefix              do not prefix output lines with \"[RANK] \"\n"
           "  --bind auto|none         auto (default): bind each local rank to its own block\n"
-          "                           of the CPUs the launcher may use, when there are at\n"
-          "                           least N; none: leave placement to the kernel\n"
+          "                           of the CPUs the launcher may use, when there are\n"
+          "                           enough; none: leave placement to the kernel\n"
           "  -h, --help               this help\n"
           "\n"
           "exit status: 0 when every rank exits 0; else the first failing rank's exit\n"
           "code (128+N when killed by signal N); 128+N when the launcher got signal N;\n"
-          "127 when PROGRAM cannot be executed; 2 on a usage error; 1 on a setup error.\n");
+          "127 when PROGRAM cannot be executed; 2 on a usage error or a device plan that\n"
+          "cannot be made; 1 on a setup error.\n");
 }
 
 static bool parse_int(const char *s, long lo, long hi, int *out) {
@@ -104,6 +118,21 @@ static bool parse_int(const char *s, long lo, long hi, int *out) {
   return true;
 }
 
+/* --devices, else KAITIAN_DEVICES (default auto): its syntax, and -n
+ * against an explicit plan. False with the message printed. */
+static bool parse_devices(run_opts *o) {
+  const char *text = o->devices ? o->devices : kt__param_DEVICES();
+  if (!kt__run_parse_devices(text, o->devices ? "--devices" : "KAITIAN_DEVICES", &o->devspec))
+    return false;
+  const kt_run_devspec *d = &o->devspec;
+  if (!d->is_auto && o->nproc_given && o->nproc != d->total) {
+    fprintf(stderr, "kaitian run: -n %d disagrees with %s%s%s (%d rank%s)\n", o->nproc,
+            d->source, o->devices ? " " : "=", d->text, d->total, d->total == 1 ? "" : "s");
+    return false;
+  }
+  return true;
+}
+
 /* Parse the options. Returns -1 to go on, else the exit status (0 for help). */
 static int parse_opts(int argc, char **argv, run_opts *o) {
   o->nproc = 1;
@@ -111,6 +140,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
   o->grace_ms = 5000;
   o->prefix = true;
   o->bind = true;
+  o->cpus_per_accel = 1;
   int i = 1;
   for (; i < argc; i++) {
     const char *a = argv[i];
@@ -129,7 +159,8 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
     }
     /* Options with a value: "-n 4", "-n4", "--nnodes 2", "--nnodes=2". */
     static const char *const names[] = {"-n", "--nproc-per-node", "--nnodes", "--node-rank",
-                                        "--master", "--grace", "--bind"};
+                                        "--master", "--grace", "--bind", "--devices",
+                                        "--cpus-per-accel"};
     const char *name = NULL, *val = NULL;
     for (size_t k = 0; k < sizeof names / sizeof names[0] && !name; k++) {
       size_t len = strlen(names[k]);
@@ -153,6 +184,11 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
     bool ok = true;
     if (!strcmp(name, "-n") || !strcmp(name, "--nproc-per-node")) {
       ok = parse_int(val, 1, MAX_NPROC, &o->nproc);
+      o->nproc_given = true;
+    } else if (!strcmp(name, "--devices")) {
+      o->devices = val;
+    } else if (!strcmp(name, "--cpus-per-accel")) {
+      ok = parse_int(val, 1, 65536, &o->cpus_per_accel);
     } else if (!strcmp(name, "--nnodes")) {
       ok = parse_int(val, 1, 65536, &o->nnodes);
     } else if (!strcmp(name, "--node-rank")) {
@@ -179,6 +215,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
     return 2;
   }
   o->prog = argv + i;
+  if (!parse_devices(o)) return 2;
   if (o->node_rank >= o->nnodes) {
     fprintf(stderr, "kaitian run: --node-rank %d is out of range for --nnodes %d (0..%d)\n",
             o->node_rank, o->nnodes, o->nnodes - 1);
@@ -263,7 +300,7 @@ static bool is_loopback(const char *host) {
 static const char *const owned_vars[] = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
     "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "KAITIAN_STORE_ADDR",
-    "KAITIAN_JOB_SECRET", "KAITIAN_JOB_ID"};
+    "KAITIAN_JOB_SECRET", "KAITIAN_JOB_ID", "KAITIAN_DEVICE"};
 
 static bool is_owned(const char *entry) {
   for (size_t i = 0; i < sizeof owned_vars / sizeof owned_vars[0]; i++) {
@@ -278,7 +315,8 @@ typedef struct job_env {
   int master_port;
   char secret[KT_STORE_MAX_SECRET + 1];
   char job_id[40];
-  int omp_threads;      /* 0: the user set OMP_NUM_THREADS */
+  int omp_threads;      /* of an unbound rank (a bound one: its CPUs); 0: the user
+                           set OMP_NUM_THREADS */
   bool set_unbuffered;  /* PYTHONUNBUFFERED is unset: set it to 1 */
 } job_env;
 
@@ -295,7 +333,7 @@ static char *xasprintf(const char *fmt, ...) {
 /* The whole environment of one rank (malloc'ed array of malloc'ed strings
  * for our variables; inherited entries point into environ). NULL when out of
  * memory. Freed with free_env. */
-#define N_EXTRA 16
+#define N_EXTRA 20
 static char **build_env(const run_state *s, const job_env *je, const kt_run_rank *r,
                         char ***extra_out) {
   size_t n = 0;
@@ -325,7 +363,9 @@ static char **build_env(const run_state *s, const job_env *je, const kt_run_rank
   ADD("KAITIAN_STORE_ADDR=%s", s->store_addr);
   ADD("KAITIAN_JOB_SECRET=%s", je->secret);
   ADD("KAITIAN_JOB_ID=%s", je->job_id);
-  if (je->omp_threads > 0) ADD("OMP_NUM_THREADS=%d", je->omp_threads);
+  ADD("KAITIAN_DEVICE=%s", r->device);
+  if (je->omp_threads > 0)
+    ADD("OMP_NUM_THREADS=%d", r->cpus ? CPU_COUNT_S(r->cpus_bytes, r->cpus) : je->omp_threads);
   if (je->set_unbuffered) ADD("PYTHONUNBUFFERED=1");
 #undef ADD
   *extra_out = extra;
@@ -352,6 +392,12 @@ static bool ends_with(const char *s, const char *suffix) {
   return a >= b && !strcmp(s + a - b, suffix);
 }
 
+/* The interpreter of .py programs and of the device discovery. */
+static const char *python_interp(void) {
+  const char *interp = getenv("PYTHON");
+  return interp && *interp ? interp : "/usr/bin/python3";
+}
+
 /* Resolve what each rank executes. Returns false with the message printed. */
 static bool resolve_program(char **prog, kt_run_exec *ex, char **path_out, char ***argv_out) {
   size_t argc = 0;
@@ -364,8 +410,7 @@ static bool resolve_program(char **prog, kt_run_exec *ex, char **path_out, char 
   }
   const char *interp = NULL;
   if (py) {
-    interp = getenv("PYTHON");
-    if (!interp || !*interp) interp = "/usr/bin/python3";
+    interp = python_interp();
     if (access(prog[0], R_OK) != 0) {
       kt__run_say(2, "kaitian run: cannot run '%s': %s", prog[0], strerror(errno));
       free(argv);
@@ -732,8 +777,6 @@ static int setup_job(run_state *s, job_env *je, kt_store_server *srv) {
 static void start_ranks(run_state *s, const job_env *je, const kt_run_exec *ex) {
   for (int i = 0; i < s->o.nproc; i++) {
     kt_run_rank *r = &s->ranks[i];
-    r->local_rank = i;
-    r->rank = (s->multi ? s->node.rank_base : 0) + i;
     char **extra = NULL;
     char **env = build_env(s, je, r, &extra);
     kt_result res = env ? kt__run_spawn(r, ex, env, s->o.prefix)
@@ -772,6 +815,52 @@ static void remove_shm_leftovers(const char *job_id) {
     if (shm_unlink(name) == 0) kt__run_say(2, "kaitian run: removed leftover shared memory %s", name);
   }
   closedir(d);
+}
+
+/* The plan at INFO: one line per local rank, and why nothing is bound. */
+static void say_plan(const run_state *s, int cpus) {
+  char node[32] = "";
+  if (s->multi) snprintf(node, sizeof node, "node %d ", s->o.node_rank);
+  if (s->o.bind && !s->ranks[0].cpus) {
+    int nacc = 0;
+    for (int i = 0; i < s->o.nproc; i++) nacc += s->ranks[i].accel;
+    char acc[96] = "";
+    if (nacc > 0)
+      snprintf(acc, sizeof acc, " and %d accelerator rank%s x %d (--cpus-per-accel)", nacc,
+               nacc == 1 ? "" : "s", s->o.cpus_per_accel);
+    kt__run_say(2, "kaitian run: %splan: no CPU binding: %d CPU rank%s%s need more CPUs than "
+                   "the %d the launcher may use", node, s->o.nproc - nacc,
+                s->o.nproc - nacc == 1 ? "" : "s", acc, cpus);
+  }
+  for (int i = 0; i < s->o.nproc; i++) {
+    const kt_run_rank *r = &s->ranks[i];
+    char list[512] = "not bound";
+    if (r->cpus) {
+      memcpy(list, "CPUs ", 5);
+      kt__run_format_cpus(r->cpus, r->cpus_bytes, list + 5, sizeof list - 5);
+    }
+    char local[32] = "";
+    if (s->multi) snprintf(local, sizeof local, " (local %d)", i);
+    kt__run_say(2, "kaitian run: %splan: rank %d%s -> %s (%s)", node, r->rank, local, r->device,
+                list);
+  }
+}
+
+/* Number the local ranks and give them their devices and CPUs. Returns the
+ * CPUs the launcher may run on. */
+static int place_ranks(run_state *s, const kt_run_device *plan) {
+  for (int i = 0; i < s->o.nproc; i++) {
+    kt_run_rank *r = &s->ranks[i];
+    r->local_rank = i;
+    r->rank = (s->multi ? s->node.rank_base : 0) + i;
+    snprintf(r->device, sizeof r->device, "%s", plan[i].name);
+    r->accel = plan[i].accel;
+    kt__run_stream_init(&r->out, -1, 1, i, false);
+    kt__run_stream_init(&r->err, -1, 2, i, false);
+  }
+  int cpus = kt__run_plan_cpus(s->ranks, s->o.nproc, s->o.bind, s->o.cpus_per_accel);
+  if (kt__run_info_on()) say_plan(s, cpus);
+  return cpus;
 }
 
 int kt_tool_run(int argc, char **argv) {
@@ -814,6 +903,18 @@ int kt_tool_run(int argc, char **argv) {
     close(s->sigfd);
     return 127;
   }
+  /* Before any thread exists: the discovery forks a helper. */
+  kt_run_device *plan = NULL;
+  int nplan = 0;
+  rc = kt__run_plan_devices(&s->o.devspec, s->o.nproc, s->o.nproc_given,
+                            ends_with(s->o.prog[0], ".py"), python_interp(), &plan, &nplan);
+  if (rc >= 0) {
+    free(path);
+    free(exargv);
+    close(s->sigfd);
+    return rc;
+  }
+  s->o.nproc = nplan;
 
   job_env je;
   memset(&je, 0, sizeof je);
@@ -826,12 +927,8 @@ int kt_tool_run(int argc, char **argv) {
     status = 1;
   }
   if (status != 0) goto out;
-  int cpus = kt__run_plan_cpus(s->ranks, s->o.nproc, s->o.bind);
+  int cpus = place_ranks(s, plan);
   je.omp_threads = getenv("OMP_NUM_THREADS") ? 0 : KT_MAX(1, cpus / s->o.nproc);
-  for (int i = 0; i < s->o.nproc; i++) {
-    kt__run_stream_init(&s->ranks[i].out, -1, 1, i, false);
-    kt__run_stream_init(&s->ranks[i].err, -1, 2, i, false);
-  }
 
   start_ranks(s, &je, &ex);
   event_loop(s);
@@ -859,6 +956,7 @@ out:
   if (srv) kt_store_server_stop(srv);
   free(s->ranks);
   free(s->fail_order);
+  free(plan);
   free(path);
   free(exargv);
   if (s->sigfd >= 0) close(s->sigfd);

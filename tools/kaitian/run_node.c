@@ -9,10 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-/* A SIGINT/SIGTERM/SIGHUP waiting in the (blocked) signal mask, or 0. The
- * launcher checks between slices of long waits so that Ctrl-C works while it
- * waits for the other nodes. */
-static int pending_stop_signal(void) {
+/* The launcher checks between slices of long waits so that Ctrl-C works
+ * while it waits for the other nodes (or for the device discovery). */
+int kt__run_pending_stop_signal(void) {
   sigset_t set;
   if (sigpending(&set) != 0) return 0;
   static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
@@ -26,7 +25,7 @@ static int pending_stop_signal(void) {
 
 static kt_result interrupted(kt_run_node *n, const char *what) {
   char tmp[16];
-  n->interrupted_by = pending_stop_signal();
+  n->interrupted_by = kt__run_pending_stop_signal();
   return kt__err(KT_ERR_ABORTED, "interrupted by %s while %s",
                  kt__run_signame(n->interrupted_by, tmp, sizeof tmp), what);
 }
@@ -52,7 +51,7 @@ static kt_result wait_key(kt_run_node *n, const char *key, char *buf, size_t cap
   for (;;) {
     res = kt_store_get(n->store, key, buf, cap - 1, &len, SLICE_MS);
     if (res != KT_ERR_TIMEOUT || kt__now_ms() >= deadline) break;
-    if (pending_stop_signal()) return interrupted(n, what);
+    if (kt__run_pending_stop_signal()) return interrupted(n, what);
     if (another_failed(n, &res)) return res;
   }
   if (res == KT_SUCCESS) buf[len] = '\0';
@@ -70,7 +69,7 @@ kt_result kt__run_node_join(kt_run_node *n, const char *host, int port, const ch
   for (;;) {
     res = kt_store_tcp_connect(host, port, secret, SLICE_MS, &n->store);
     if (res != KT_ERR_TIMEOUT || kt__now_ms() >= deadline) break;
-    if (pending_stop_signal()) return interrupted(n, "connecting to the rendezvous store");
+    if (kt__run_pending_stop_signal()) return interrupted(n, "connecting to the rendezvous store");
   }
   if (res != KT_SUCCESS) {
     kt__error_prefix("node %d cannot reach the rendezvous store of node 0 at %s:%d within "

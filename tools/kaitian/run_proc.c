@@ -117,7 +117,42 @@ static cpu_set_t *allowed_cpus(size_t *bytes_out, int *max_out) {
   return NULL;
 }
 
-int kt__run_plan_cpus(kt_run_rank *ranks, int n, bool bind) {
+/* A set of the CPUs ids[lo..hi). NULL when out of memory. */
+static cpu_set_t *cpu_block(const int *ids, int lo, int hi, int max, size_t bytes) {
+  cpu_set_t *set = CPU_ALLOC((size_t)max);
+  if (!set) return NULL;
+  CPU_ZERO_S(bytes, set);
+  for (int j = lo; j < hi; j++) CPU_SET_S((size_t)ids[j], bytes, set);
+  return set;
+}
+
+/* Bind every rank: accelerator ranks, in rank order, take the first per
+ * CPUs each of ids[0..k); CPU ranks split the rest into blocks. */
+static bool bind_blocks(kt_run_rank *ranks, int n, const int *ids, int k, int per, int max,
+                        size_t bytes) {
+  int nacc = 0;
+  for (int i = 0; i < n; i++) nacc += ranks[i].accel;
+  int next = 0, ncpu = n - nacc, c = 0;
+  int base = nacc * per, rest = k - base;
+  for (int i = 0; i < n; i++) {
+    int lo, hi;
+    if (ranks[i].accel) {
+      lo = next;
+      hi = next + per;
+      next = hi;
+    } else {
+      lo = base + (int)((long)c * rest / ncpu);
+      hi = base + (int)((long)(c + 1) * rest / ncpu);
+      c++;
+    }
+    ranks[i].cpus = cpu_block(ids, lo, hi, max, bytes);
+    ranks[i].cpus_bytes = bytes;
+    if (!ranks[i].cpus) return false;
+  }
+  return true;
+}
+
+int kt__run_plan_cpus(kt_run_rank *ranks, int n, bool bind, int cpus_per_accel) {
   size_t bytes;
   int max;
   cpu_set_t *all = allowed_cpus(&bytes, &max);
@@ -127,23 +162,16 @@ int kt__run_plan_cpus(kt_run_rank *ranks, int n, bool bind) {
   }
   int count = CPU_COUNT_S(bytes, all);
   if (count < 1) count = 1;
-  if (bind && n <= count) {
+  long need = 0; /* one CPU per CPU rank, cpus_per_accel per accelerator rank */
+  for (int i = 0; i < n; i++) need += ranks[i].accel ? cpus_per_accel : 1;
+  if (bind && need <= count) {
     int *ids = malloc((size_t)count * sizeof *ids);
-    bool ok = ids != NULL;
     int k = 0;
-    for (int cpu = 0; ok && cpu < max && k < count; cpu++)
+    for (int cpu = 0; ids && cpu < max && k < count; cpu++)
       if (CPU_ISSET_S((size_t)cpu, bytes, all)) ids[k++] = cpu;
-    for (int i = 0; ok && i < n; i++) {
-      cpu_set_t *set = CPU_ALLOC((size_t)max);
-      if (!(ok = set != NULL)) break;
-      CPU_ZERO_S(bytes, set);
-      int lo = (int)((long)i * k / n), hi = (int)((long)(i + 1) * k / n);
-      for (int j = lo; j < hi; j++) CPU_SET_S((size_t)ids[j], bytes, set);
-      ranks[i].cpus = set;
-      ranks[i].cpus_bytes = bytes;
-    }
+    if (!ids || k < need || !bind_blocks(ranks, n, ids, k, cpus_per_accel, max, bytes))
+      kt__run_free_cpus(ranks, n); /* all or nothing */
     free(ids);
-    if (!ok) kt__run_free_cpus(ranks, n); /* all or nothing */
   }
   CPU_FREE(all);
   return count;
@@ -153,6 +181,20 @@ void kt__run_free_cpus(kt_run_rank *ranks, int n) {
   for (int i = 0; i < n; i++) {
     if (ranks[i].cpus) CPU_FREE(ranks[i].cpus);
     ranks[i].cpus = NULL;
+  }
+}
+
+void kt__run_format_cpus(const cpu_set_t *set, size_t bytes, char *buf, size_t cap) {
+  size_t len = 0;
+  int max = (int)(bytes * 8);
+  buf[0] = '\0';
+  for (int cpu = 0; cpu < max && len < cap; cpu++) {
+    if (!CPU_ISSET_S((size_t)cpu, bytes, set)) continue;
+    int last = cpu;
+    while (last + 1 < max && CPU_ISSET_S((size_t)(last + 1), bytes, set)) last++;
+    if (last == cpu) len += (size_t)snprintf(buf + len, cap - len, "%s%d", len ? "," : "", cpu);
+    else len += (size_t)snprintf(buf + len, cap - len, "%s%d-%d", len ? "," : "", cpu, last);
+    cpu = last;
   }
 }
 

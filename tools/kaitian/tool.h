@@ -49,6 +49,8 @@ typedef struct kt_run_rank {
   kt_run_stream out, err;
   cpu_set_t *cpus;    /* CPUs it is bound to (CPU_ALLOC'ed), NULL: not bound */
   size_t cpus_bytes;  /* CPU_ALLOC_SIZE of cpus */
+  char device[48];    /* its KAITIAN_DEVICE: "cuda:1", "cpu" */
+  bool accel;         /* device is an accelerator (not the CPU) */
 } kt_run_rank;
 
 /* What to start: the program resolved before any fork, so that the child
@@ -80,15 +82,20 @@ KT_INTERNAL void kt__run_say(int fd, const char *fmt, ...) KT_PRINTF(2, 3);
 KT_INTERNAL bool kt__run_write_all(int fd, const char *buf, size_t len);
 
 /* run_proc.c: processes. */
-/* CPU binding: split the CPUs this process may run on (sched_getaffinity,
- * so taskset and cpusets are honoured) into n contiguous blocks, as equal as
- * possible, and give local rank i block i (ranks[i].cpus). Binds nothing when
- * bind is false or n exceeds the CPUs. Returns the number of CPUs this process
+/* CPU binding of the CPUs this process may run on (sched_getaffinity, so
+ * taskset and cpusets are honoured), in CPU-number order: each accelerator
+ * rank (ranks[i].accel), in rank order, takes the next cpus_per_accel CPUs;
+ * the CPU ranks split the rest into contiguous blocks, as equal as possible,
+ * in rank order (ranks[i].cpus). Without accelerator ranks: n blocks, local
+ * rank i on block i. Binds nothing when bind is false or the CPUs do not
+ * suffice (each CPU rank needs one). Returns the number of CPUs this process
  * may run on (at least 1); ranks[i].cpus stays NULL when not bound. Out of
  * memory: binds nothing. */
-KT_INTERNAL int kt__run_plan_cpus(kt_run_rank *ranks, int n, bool bind);
+KT_INTERNAL int kt__run_plan_cpus(kt_run_rank *ranks, int n, bool bind, int cpus_per_accel);
 /* Free what kt__run_plan_cpus allocated. */
 KT_INTERNAL void kt__run_free_cpus(kt_run_rank *ranks, int n);
+/* "0-3,8,10-11": the CPUs of set, for messages. */
+KT_INTERNAL void kt__run_format_cpus(const cpu_set_t *set, size_t bytes, char *buf, size_t cap);
 /* Start one rank: pipes for stdout/stderr (stdin is /dev/null), its own
  * process group, PDEATHSIG=SIGKILL, envp as its whole environment. On success
  * r->pid, r->running and r's streams are set. When execve fails in the child,
@@ -112,6 +119,40 @@ KT_INTERNAL const char *kt__run_signame(int sig, char *buf, size_t cap);
 /* Describe a waitpid status: "exited with code 3" / "was killed by signal 9
  * (SIGKILL)". Returns the launcher exit code it maps to (code, or 128+sig). */
 KT_INTERNAL int kt__run_describe_status(int wstatus, char *buf, size_t cap);
+
+/* run_devices.c: the device plan (--devices, KAITIAN_DEVICES). */
+#define KT_RUN_MAX_TYPES 16   /* device types in one plan, and known to torch */
+#define KT_RUN_TYPE_LEN 32    /* longest type name + 1 */
+#define KT_RUN_MAX_NPROC 4096 /* local ranks */
+/* A parsed SPEC: `auto`, or TYPE[:COUNT],... with each type once. */
+typedef struct kt_run_devspec {
+  const char *text;   /* as the user gave it */
+  const char *source; /* "--devices" or "KAITIAN_DEVICES", for messages */
+  bool is_auto;
+  int ntypes;
+  char type[KT_RUN_MAX_TYPES][KT_RUN_TYPE_LEN];
+  int count[KT_RUN_MAX_TYPES];
+  int total;          /* sum of count: the ranks of an explicit plan */
+} kt_run_devspec;
+/* One local rank's device. */
+typedef struct kt_run_device {
+  char name[48];      /* KAITIAN_DEVICE: "cuda:1", "cpu" */
+  bool accel;
+} kt_run_device;
+/* Parse text into d (no discovery, no switches). Returns false, with one
+ * line printed saying what is wrong, on a malformed SPEC. */
+KT_INTERNAL bool kt__run_parse_devices(const char *text, const char *source, kt_run_devspec *d);
+/* Decide the device of every local rank. nproc: -n (nproc_given: the user
+ * gave it); py: PROGRAM is a .py file; python: the interpreter whose torch
+ * is asked (in a helper process, at most once, only when an explicit plan
+ * names an accelerator or auto plans a .py program). On success returns -1
+ * with *plan (malloc'ed, *n entries, free()) set; otherwise the launcher's
+ * exit status (2: the plan cannot be made, 128+sig: interrupted) with one
+ * line printed. */
+KT_INTERNAL int kt__run_plan_devices(const kt_run_devspec *d, int nproc, bool nproc_given, bool py,
+                                     const char *python, kt_run_device **plan, int *n);
+/* KAITIAN_DEBUG is INFO or TRACE: the launcher says what it planned. */
+KT_INTERNAL bool kt__run_info_on(void);
 
 /* run_node.c: coordination of the launchers of a multi-node job through the
  * rendezvous store. */
@@ -146,5 +187,7 @@ KT_INTERNAL void kt__run_node_done(kt_run_node *n);
 /* Node 0: current KT_RUN_KEY_DONE count, -1 when the store fails. */
 KT_INTERNAL int64_t kt__run_node_done_count(kt_run_node *n);
 KT_INTERNAL void kt__run_node_leave(kt_run_node *n);
+/* A SIGINT/SIGTERM/SIGHUP waiting in the (blocked) signal mask, or 0. */
+KT_INTERNAL int kt__run_pending_stop_signal(void);
 
 #endif /* KT_TOOL_H */
