@@ -1,0 +1,304 @@
+"""pipeline.py - pipeline parallelism: each rank of a pipe group runs one stage
+of the model (the user splits it), microbatches flow forward and their
+gradients backward between neighbouring stages, in the 1F1B or GPipe order.
+
+    pipe = Pipeline(my_stage, topo.group("pipe"), num_microbatches=8, loss_fn=F.cross_entropy)
+    loss = pipe.step(x if first else None, y if last else None)   # then opt.step()
+
+Messages between stages are point-to-point (isend/irecv: the forward direction
+and the backward one never wait for each other). Every message is a small
+header (status, then each tensor's dtype, requires_grad and shape) and its
+tensors, so stages may pass several tensors of any shape, some needing no
+gradient, and shapes may change between steps.
+
+Failures never hang the pipeline: a stage whose forward, loss or backward
+raises keeps following the schedule "hollow" (sending an error header instead
+of each tensor message and draining what it receives), every stage that
+receives an error header does the same, and at the end of the step the stages
+agree (one all_reduce) and all raise PipelineError naming the failing stage.
+"""
+import math
+import traceback
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["Pipeline", "PipelineError", "average_gradients"]
+
+_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+           torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128]
+_HDR = 128          # int64 words of a header
+_MAX_TENSORS = 10   # tensors per message
+_OK, _ERROR = 0, 1
+
+
+class PipelineError(RuntimeError):
+    """A stage of the pipeline failed during step(); raised on every stage."""
+
+    def __init__(self, stage, message):
+        super().__init__(f"pipeline stage {stage} failed: {message}")
+        self.stage = stage
+
+
+def average_gradients(params, group):
+    """All-reduce the gradients of `params` (a module or an iterable) over `group`
+    and divide by its size: data parallelism around a pipeline stage."""
+    if isinstance(params, torch.nn.Module):
+        params = params.parameters()
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, group=group)
+    flat.div_(dist.get_world_size(group))
+    o = 0
+    for g in grads:
+        g.copy_(flat[o:o + g.numel()].view_as(g))
+        o += g.numel()
+
+
+def _as_tuple(x):
+    if x is None:
+        return ()
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+class Pipeline:
+    """One stage of a pipeline over the ranks of `group` (group rank 0 reads the
+    input, the last one computes loss_fn(output, target)).
+
+    step(inputs, targets) splits the batch (dim 0 of every input tensor on the
+    first stage, of every target on the last) into num_microbatches, runs their
+    forwards and backwards in the schedule's order, and returns the mean of the
+    microbatch losses on the last stage (None elsewhere; broadcast_loss=True:
+    on every stage). The gradients of that mean accumulate in the stage's
+    parameters; step any optimizer after it. schedule: "1f1b" (warm-up, then one
+    forward one backward, then cool-down: at most p microbatches' activations
+    live on the first stage) or "gpipe" (every forward, then every backward:
+    all M live). Same numbers either way."""
+
+    def __init__(self, stage, group, num_microbatches, schedule="1f1b", loss_fn=None):
+        me = dist.get_rank()
+        if schedule not in ("1f1b", "gpipe"):
+            raise ValueError(f"rank {me}: Pipeline: schedule must be '1f1b' or 'gpipe', not "
+                             f"{schedule!r}")
+        if int(num_microbatches) != num_microbatches or num_microbatches < 1:
+            raise ValueError(f"rank {me}: Pipeline: num_microbatches must be a positive integer, "
+                             f"not {num_microbatches!r}")
+        self.stage, self.group = stage, group
+        self.m, self.schedule = int(num_microbatches), schedule
+        self.s = dist.get_rank(group)
+        self.p = dist.get_world_size(group)
+        if self.s < 0:
+            raise ValueError(f"rank {me}: Pipeline: this rank is not in the pipe group")
+        self.first, self.last = self.s == 0, self.s == self.p - 1
+        if self.last and loss_fn is None:
+            raise ValueError(f"rank {me}: Pipeline: the last stage needs loss_fn")
+        self.loss_fn = loss_fn
+        ranks = (list(range(dist.get_world_size())) if group in (None, dist.group.WORLD)
+                 else dist.get_process_group_ranks(group))
+        self._prev = ranks[self.s - 1] if not self.first else None
+        self._next = ranks[self.s + 1] if not self.last else None
+        self.max_live = 0  # most microbatches whose activations this stage held at once
+
+    # ---- messages -------------------------------------------------------------------
+    def _header(self, tensors):
+        h = torch.zeros(_HDR, dtype=torch.int64)
+        if len(tensors) > _MAX_TENSORS:
+            raise ValueError(f"a stage passes {len(tensors)} tensors; at most {_MAX_TENSORS}")
+        h[1] = len(tensors)
+        i = 2
+        for t in tensors:
+            if t.dtype not in _DTYPES or t.dim() > 8:
+                raise ValueError(f"cannot pass a {t.dtype} tensor of {t.dim()} dimensions "
+                                 f"between stages")
+            h[i], h[i + 1], h[i + 2] = _DTYPES.index(t.dtype), int(t.requires_grad), t.dim()
+            h[i + 3:i + 3 + t.dim()] = torch.tensor(t.shape, dtype=torch.int64)
+            i += 11
+        return h
+
+    @staticmethod
+    def _parse(h):
+        out, i = [], 2
+        for _ in range(int(h[1])):
+            dt, rg, nd = _DTYPES[int(h[i])], bool(h[i + 1]), int(h[i + 2])
+            out.append((dt, rg, tuple(int(x) for x in h[i + 3:i + 3 + nd])))
+            i += 11
+        return out
+
+    def _exchange(self, send_to, send_tensors, recv_from):
+        """Send a message (a tuple of tensors, or None in hollow mode: an error
+        header) and/or receive one, concurrently. Returns the received tensors
+        with their requires_grad flags, or None for an error message (then
+        self._error is set)."""
+        ops, sh = [], None
+        if send_to is not None:
+            if self._error is None:
+                sh = self._header(send_tensors)
+            else:
+                msg = torch.tensor(list(self._error[1].encode()[:4000]), dtype=torch.uint8)
+                sh = torch.zeros(_HDR, dtype=torch.int64)
+                sh[0], sh[1], sh[2] = _ERROR, msg.numel(), self._error[0]
+            ops.append(dist.P2POp(dist.isend, sh, send_to, self.group))
+        rh = torch.empty(_HDR, dtype=torch.int64) if recv_from is not None else None
+        if rh is not None:
+            ops.append(dist.P2POp(dist.irecv, rh, recv_from, self.group))
+        self._run(ops)
+        ops = []
+        if sh is not None:
+            payload = ([t.detach().contiguous() for t in send_tensors] if sh[0] == _OK else [msg])
+            ops += [dist.P2POp(dist.isend, t, send_to, self.group) for t in payload if t.numel()]
+        got = None
+        if rh is not None:
+            if rh[0] == _OK:
+                meta = self._parse(rh)
+                got = [(torch.empty(shape, dtype=dt), rg) for dt, rg, shape in meta]
+                ops += [dist.P2POp(dist.irecv, t, recv_from, self.group) for t, _ in got
+                        if t.numel()]
+            else:
+                text = torch.empty(int(rh[1]), dtype=torch.uint8)
+                if text.numel():
+                    ops.append(dist.P2POp(dist.irecv, text, recv_from, self.group))
+                got = ("error", int(rh[2]), text)
+        self._run(ops)
+        if isinstance(got, tuple):
+            if self._error is None:
+                self._error = (got[1], bytes(got[2].tolist()).decode(errors="replace"))
+            return None
+        return got
+
+    @staticmethod
+    def _run(ops):
+        if ops:
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+
+    # ---- compute ----------------------------------------------------------------------
+    def _guard(self, fn, *args):
+        if self._error is not None:
+            return None
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001 - any failure of user code ends the step cleanly
+            tb = traceback.format_exception_only(type(e), e)[-1].strip()
+            self._error = (self.s, f"{tb} (rank {dist.get_rank()})")
+            return None
+
+    def _forward(self, i, received):
+        if self.first:
+            args = tuple(x[i] for x in self._inputs)
+        else:
+            args = []
+            for t, rg in received:
+                args.append(t.requires_grad_(rg and t.is_floating_point()))
+            args = tuple(args)
+        out = _as_tuple(self.stage(*args))
+        self._live[i] = (args, out)
+        self.max_live = max(self.max_live, len(self._live))
+        if self.last:
+            loss = self.loss_fn(out[0] if len(out) == 1 else out, self._targets[i]) / self.m
+            self._losses[i] = loss
+            self._live[i] = (args, (loss,))
+        return out
+
+    def _backward(self, i, grads):
+        args, out = self._live.pop(i)
+        if self.last:
+            torch.autograd.backward(out[0])
+        else:
+            pairs = [(o, g) for o, g in zip([o for o in out if o.requires_grad], grads)]
+            if pairs:
+                torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        return tuple((a.grad if a.grad is not None else torch.zeros_like(a))
+                     for a in args if a.requires_grad) if not self.first else ()
+
+    # ---- the schedule -------------------------------------------------------------------
+    def _fwd_step(self, i, received):
+        out = self._guard(self._forward, i, received)
+        return out
+
+    def _send_fwd_recv_bwd(self, out, want_grad):
+        """After forward of a microbatch: send its output on, get the gradient of
+        the output of microbatch `want_grad` (or None) back."""
+        send = [o for o in out] if out is not None else None
+        got = self._exchange(self._next, send,
+                             self._next if want_grad is not None else None)
+        return [t for t, _ in got] if got else None
+
+    def step(self, inputs=None, targets=None, broadcast_loss=False):
+        """Forward and backward of every microbatch; see the class doc."""
+        self._error, self._live, self._losses = None, {}, {}
+        self.max_live = 0
+        self._split(inputs, targets)
+        warm = self.m if self.schedule == "gpipe" else min(self.p - self.s - 1, self.m)
+        recv_prev = None if self.first else self._prev
+        # Warm-up: forwards only.
+        for i in range(warm):
+            got = self._exchange(None, None, recv_prev) if recv_prev is not None else None
+            out = self._fwd_step(i, got or [])
+            self._exchange(self._next, list(out) if out is not None else (), None) \
+                if self._next is not None else None
+        # Steady state: one forward, one backward.
+        rest = self.m - warm
+        got = (self._exchange(None, None, recv_prev) if rest and recv_prev is not None else None)
+        for j in range(rest):
+            i = warm + j
+            out = self._fwd_step(i, got or [])
+            grads = None
+            if self._next is not None:
+                grads = self._send_fwd_recv_bwd(out if out is not None else (), j)
+            gin = self._guard(self._backward, j, grads or [])
+            last = j == rest - 1
+            if recv_prev is not None:
+                got = self._exchange(self._prev, list(gin) if gin is not None else (),
+                                     None if last else self._prev)
+        # Cool-down: the remaining backwards.
+        for j in range(rest, self.m):
+            grads = None
+            if self._next is not None:
+                got_g = self._exchange(None, None, self._next)
+                grads = [t for t, _ in got_g] if got_g else None
+            gin = self._guard(self._backward, j, grads or [])
+            if recv_prev is not None:
+                self._exchange(self._prev, list(gin) if gin is not None else (), None)
+        return self._finish(broadcast_loss)
+
+    def _split(self, inputs, targets):
+        me = dist.get_rank()
+        if self.first:
+            xs = _as_tuple(inputs)
+            if not xs:
+                raise ValueError(f"rank {me}: Pipeline.step: the first stage needs inputs")
+            self._inputs = [torch.tensor_split(x, self.m) if torch.is_tensor(x) and x.dim()
+                            else [x] * self.m for x in xs]
+            for x in xs:
+                if torch.is_tensor(x) and x.dim() and x.shape[0] < self.m:
+                    raise ValueError(f"rank {me}: Pipeline.step: a batch of {x.shape[0]} cannot "
+                                     f"make {self.m} microbatches")
+        if self.last:
+            if targets is None:
+                raise ValueError(f"rank {me}: Pipeline.step: the last stage needs targets")
+            self._targets = (torch.tensor_split(targets, self.m) if torch.is_tensor(targets)
+                             else [targets] * self.m)
+
+    def _finish(self, broadcast_loss):
+        failed = torch.tensor([1.0 if self._error is not None else 0.0], dtype=torch.float64)
+        dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=self.group)
+        if failed.item():
+            errs = [None] * self.p
+            dist.all_gather_object(errs, self._error, group=self.group)
+            stage, msg = min(e for e in errs if e is not None)
+            self._live.clear()
+            raise PipelineError(stage, msg)
+        loss = None
+        if self.last:
+            loss = sum(l.detach() for l in self._losses.values())
+        if broadcast_loss:
+            t = torch.zeros(1, dtype=torch.float64)
+            if self.last:
+                t[0] = float(loss)
+            src = (dist.get_process_group_ranks(self.group)[-1]
+                   if self.group not in (None, dist.group.WORLD) else self.p - 1)
+            dist.broadcast(t, src=src, group=self.group)
+            loss = loss if self.last else t[0]
+        return loss
