@@ -352,6 +352,58 @@ KT_API kt_result kt_sendrecv(const void *sendbuf, size_t sendcount, int dst, voi
                              size_t recvcount, int src, kt_dtype dtype, int tag, kt_comm comm);
 
 /* ------------------------------------------------------------------------ */
+/* Optimizer kernels (CPU)                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Hyperparameters of one Adam/AdamW step. Start from KT_ADAM_CONFIG_INIT. */
+typedef struct kt_adam_config {
+  size_t struct_size;   /* sizeof(kt_adam_config), for compatibility */
+  double lr;            /* learning rate, finite, >= 0 */
+  double beta1, beta2;  /* moment decay rates, each in [0, 1) */
+  double eps;           /* added to the denominator, finite, >= 0 */
+  double weight_decay;  /* finite, >= 0 */
+  int adamw;            /* nonzero: AdamW (param *= 1 - lr * weight_decay);
+                           zero: Adam (grad += weight_decay * param) */
+  int bias_correction;  /* nonzero: divide the moments by 1 - beta^step, as
+                           torch.optim.Adam always does */
+  int64_t step;         /* number of this step, 1 for the first */
+  int threads;          /* > 0: at most this many threads; 0: KAITIAN_OPTIM_THREADS,
+                           else the CPUs of the calling thread's affinity mask */
+} kt_adam_config;
+#define KT_ADAM_CONFIG_INIT {sizeof(kt_adam_config), 1e-3, 0.9, 0.999, 1e-8, 0.0, 1, 1, 1, 0}
+
+/* One Adam (cfg->adamw == 0) or AdamW step over n float32 parameters, in
+ * place on param, exp_avg and exp_avg_sq (the state, zero before step 1).
+ * grad holds n elements of grad_dtype: KT_FLOAT32, KT_FLOAT16 or
+ * KT_BFLOAT16 (widened exactly). When param_copy is not NULL, the updated
+ * parameters are also written there as copy_dtype (KT_FLOAT32, KT_FLOAT16 or
+ * KT_BFLOAT16, rounded to nearest even) in the same pass, e.g. the bf16
+ * model weights of an fp32 master copy; copy_dtype is ignored otherwise.
+ *
+ * Per element, in float32 and in torch.optim.Adam/AdamW's order (fma is one
+ * rounding; every other operation rounds; the scalars are computed in double
+ * and rounded to float once per call, as torch does with Python floats):
+ *   AdamW: p = p * (1 - lr*wd)          Adam, wd != 0: g = fma(p, wd, g)
+ *   m = fma(g, 1 - beta1, m * beta1)
+ *   v = fma((1 - beta2) * g, g, v * beta2)
+ *   p = p + (-lr/bc1 * m) / (sqrt(v) / sqrt(bc2) + eps)
+ * with bc1 = 1 - beta1^step, bc2 = 1 - beta2^step (both 1 without bias
+ * correction). Every kernel family gives the same bits.
+ *
+ * n = 0 does nothing (pointers may then be NULL). The buffers need no
+ * alignment and must not overlap one another. Large n is split across
+ * threads (a pool kept by the library; results do not depend on the
+ * count). KAITIAN_OPTIM_IMPL forces a kernel family (scalar, avx2,
+ * avx512); one this CPU lacks makes the call fail with KT_ERR_UNSUPPORTED.
+ * Errors (KT_ERR_INVALID_ARGUMENT: NULL config or buffer, wrong struct_size,
+ * a hyperparameter out of range, step < 1, threads < 0, an unsupported
+ * dtype, n too large, overlapping buffers) leave every buffer untouched.
+ * Thread-safe; concurrent calls on disjoint buffers may run at once. */
+KT_API kt_result kt_adam_step(const kt_adam_config *cfg, float *param, const void *grad,
+                              kt_dtype grad_dtype, float *exp_avg, float *exp_avg_sq,
+                              void *param_copy, kt_dtype copy_dtype, size_t n);
+
+/* ------------------------------------------------------------------------ */
 /* Library                                                                   */
 /* ------------------------------------------------------------------------ */
 

@@ -170,6 +170,20 @@ _decl("kt_mem_deregister", c_int, c_void_p)
 _decl("kt_sendrecv", c_int, c_void_p, c_size_t, c_int, c_void_p, c_size_t, c_int, c_int, c_int, c_void_p)
 
 
+class AdamConfig(ctypes.Structure):
+    """kt_adam_config (include/kaitian.h)."""
+    _fields_ = [("struct_size", c_size_t), ("lr", ctypes.c_double), ("beta1", ctypes.c_double),
+                ("beta2", ctypes.c_double), ("eps", ctypes.c_double),
+                ("weight_decay", ctypes.c_double), ("adamw", c_int), ("bias_correction", c_int),
+                ("step", c_int64), ("threads", c_int)]
+
+
+# Optional: a library built before the optimizer kernels still serves the backend.
+if hasattr(lib, "kt_adam_step"):
+    _decl("kt_adam_step", c_int, P(AdamConfig), c_void_p, c_void_p, c_int, c_void_p, c_void_p,
+          c_void_p, c_int, c_size_t)
+
+
 def strerror(code):
     return lib.kt_strerror(code).decode(errors="replace")
 

@@ -1,5 +1,6 @@
-/* reduce_impl.h - private to src/reduce and its tests: kernel families as
- * tables, and the scalar element conversions every family shares. */
+/* reduce_impl.h - private to src/reduce, src/optim and their tests: kernel
+ * families as tables, and the scalar element conversions every family
+ * shares. */
 #ifndef KT_REDUCE_IMPL_H
 #define KT_REDUCE_IMPL_H
 
