@@ -241,6 +241,9 @@ def main():
         if reporter:
             print(f"step {step:3d}  loss {lt.item():.4f}  {args.global_batch * args.context / dt:8.0f} "
                   f"tokens/s", flush=True)
+    if first and topo.rank("data") == 0 and topo.rank("tensor") == 0:
+        print(f"first stage: at most {pipe.max_live} microbatches' activations held at once "
+              f"({args.schedule}, {args.microbatches} microbatches, {p} stages)", flush=True)
     if reporter and args.loss_log:
         with open(args.loss_log, "w") as f:
             json.dump({"losses": losses, "pipe": p, "tensor": args.tensor, "data": args.data}, f)

@@ -9,9 +9,11 @@ In one run, on the same ranks:
      no_sync) and communication (the rest), for both backends, with DDP's
      default gradient buckets and with gradient_as_bucket_view=True.
 
-Also `--hetero` (bench of heterogeneous data parallelism, _bench_hetero.py) and
-`--optim` (the CPU optimizer kernels, _bench_optim.py) and `--zero` (ZeroOptimizer
-against ZeroRedundancyOptimizer and DDP, _bench_zero.py), each with its own --help.
+The other benchmarks, each with its own --help:
+  --hetero    heterogeneous data parallelism, a slowed rank (_bench_hetero.py)
+  --optim     the CPU Adam kernels against torch's AdamW (_bench_optim.py)
+  --zero      ZeroOptimizer against ZeroRedundancyOptimizer and DDP (_bench_zero.py)
+  --pipeline  the GPT example's pipeline bubble, kaitian against gloo (_bench_pipeline.py)
 
 Started plainly it forks its own ranks (-n, default 2), each bound to its own
 block of CPUs as `kaitian run` binds them (docs/launcher.md); under `kaitian
@@ -288,7 +290,8 @@ def _free_port():
         return s.getsockname()[1]
 
 
-_OTHER = {"--hetero": "_bench_hetero", "--optim": "_bench_optim", "--zero": "_bench_zero"}
+_OTHER = {"--hetero": "_bench_hetero", "--optim": "_bench_optim", "--zero": "_bench_zero",
+          "--pipeline": "_bench_pipeline"}
 
 
 def main(argv=None):
