@@ -11,9 +11,11 @@ the global batch however uneven the shares are.
 Works over any torch.distributed backend (fastest over "kaitian"). See
 docs/heterogeneous.md.
 """
+import dataclasses
 import math
 import os
 import time
+import warnings
 from fractions import Fraction
 
 import torch
@@ -178,8 +180,28 @@ def measure_capability(model=None, sample=None, steps=None, loss_fn=None, warmup
     rank, world = _world(group)
     override = _env_caps(world)
     if override is not None:
+        rate = float("nan")  # nothing to measure; the gather still checks every rank agrees
+    else:
+        rate = _measure(rank, model, sample, steps, loss_fn, warmup, seconds)
+    mine = torch.tensor([rate], dtype=torch.float64, device=_coll_device(group))
+    every = [torch.zeros_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine, group=group)
+    rates = [float(t.item()) for t in every]
+    unset = [r for r, v in enumerate(rates) if not math.isnan(v)]
+    if override is not None or any(math.isnan(v) for v in rates):
+        if unset:
+            raise ValueError(f"rank {rank}: {_ENV_CAPS} is set on some ranks and not on ranks "
+                             f"{unset}: set it on all or none")
         _last_caps = override
         return list(override)
+    _last_caps = rates
+    return list(rates)
+
+
+def _measure(rank, model, sample, steps, loss_fn, warmup, seconds):
+    """This rank's samples/s (see measure_capability)."""
+    if isinstance(model, DistributedDataParallel):
+        model = model.module  # time the module itself: DDP would communicate
     if model is None:
         if sample is not None:
             raise ValueError(f"rank {rank}: measure_capability: sample given without a model")
@@ -203,8 +225,7 @@ def measure_capability(model=None, sample=None, steps=None, loss_fn=None, warmup
     batch = first.shape[0]
     params = [p for p in model.parameters() if p.requires_grad]
     saved_grads = [p.grad for p in params]
-    saved_bufs = {k: v.detach().clone() for k, v in model.state_dict().items()
-                  if not any(v is p for p in model.parameters())}
+    saved_bufs = [(b, b.detach().clone()) for b in model.buffers()]
 
     def step():
         for p in params:
@@ -213,19 +234,19 @@ def measure_capability(model=None, sample=None, steps=None, loss_fn=None, warmup
         loss = loss_fn(out, target) if loss_fn is not None else _scalar_loss(out)
         loss.backward()
 
+    # The ranks time different numbers of steps: keep the random streams (dropout)
+    # where they were, so that seeded code after this call agrees across ranks.
+    devices = [dev.index or 0] if dev.type == "cuda" else []
     try:
-        k, elapsed = _time_steps(step, dev, steps, seconds, warmup)
+        with torch.random.fork_rng(devices=devices):
+            k, elapsed = _time_steps(step, dev, steps, seconds, warmup)
     finally:
         for p, g in zip(params, saved_grads):
             p.grad = g
-        if saved_bufs:
-            model.load_state_dict(saved_bufs, strict=False)
-    rate = batch * k / elapsed if elapsed > 0 else float("inf")
-    mine = torch.tensor([rate], dtype=torch.float64, device=_coll_device(group))
-    every = [torch.zeros_like(mine) for _ in range(world)]
-    dist.all_gather(every, mine, group=group)
-    _last_caps = [float(t.item()) for t in every]
-    return list(_last_caps)
+        with torch.no_grad():
+            for b, v in saved_bufs:
+                b.copy_(v)
+    return batch * k / elapsed if elapsed > 0 else float("inf")
 
 
 def capabilities(world_size=None):
@@ -235,8 +256,12 @@ def capabilities(world_size=None):
     override = _env_caps(world)
     if override is not None:
         return override
-    if _last_caps is not None and len(_last_caps) == world:
-        return list(_last_caps)
+    if _last_caps is not None:
+        if len(_last_caps) == world:
+            return list(_last_caps)
+        warnings.warn(f"rank {_world()[0]}: torch_kaitian.capabilities(): the last measurement "
+                      f"has {len(_last_caps)} ranks, not {world} (measured on another group?); "
+                      f"using equal weights", stacklevel=2)
     return [1.0] * world
 
 
@@ -285,6 +310,7 @@ class HeteroSampler(Sampler):
     `num_steps` steps, and nothing is communicated: every rank computes every
     rank's view from (seed, epoch, capabilities).
 
+    rank/world_size: default, this rank in `group` (default: the job).
     Use it as DataLoader(dataset, batch_size=sampler.local_batch_size,
     sampler=sampler) (then no rank may get an empty share in any step: checked,
     with a clear error), or sampler.loader(**kwargs), whose batches follow the
@@ -293,8 +319,8 @@ class HeteroSampler(Sampler):
     """
 
     def __init__(self, dataset, global_batch_size, shuffle=True, seed=0, drop_last=False,
-                 capabilities=None, rank=None, world_size=None):
-        r, w = _world()
+                 capabilities=None, rank=None, world_size=None, group=None):
+        r, w = _world(group)
         self.rank = r if rank is None else int(rank)
         self.world_size = w if world_size is None else int(world_size)
         if not 0 <= self.rank < self.world_size:
@@ -426,6 +452,8 @@ def _empty_like(x):
     if isinstance(x, torch.Tensor):
         return x[:0] if x.dim() > 0 else x.reshape(1)[:0]
     if isinstance(x, (list, tuple)):
+        if x and not any(isinstance(v, (torch.Tensor, list, tuple, dict)) for v in x):
+            return type(x)()  # one entry per sample (strings): none
         return type(x)(_empty_like(v) for v in x)
     if isinstance(x, dict):
         return {k: _empty_like(v) for k, v in x.items()}
@@ -452,21 +480,23 @@ class _EmptySafeCollate:
 class _CountState:
     """This forward's local batch size and the all_reduce giving the global one."""
 
-    __slots__ = ("n", "work", "total", "count")
+    __slots__ = ("n", "work", "total", "count", "p", "wrapped")
 
-    def __init__(self, n, work, count):
-        self.n, self.work, self.count, self.total = n, work, count, None
+    def __init__(self, n, work, count, p):
+        self.n, self.work, self.count, self.p, self.total = n, work, count, p, None
 
     def weight(self):
+        """p * n / N: the comm hook's average then weighs this rank's samples by n / N."""
         if self.total is None:
             self.work.wait()
             self.total = int(round(float(self.count.item())))
-        return self.n / self.total if self.total > 0 else 0.0
+        return self.p * self.n / self.total if self.total > 0 else 0.0
 
 
 class _ScaleGrad(torch.autograd.Function):
-    """Identity forward; backward multiplies the gradient by n / N (this rank's
-    batch size over the global one), so the summed gradients are the global mean."""
+    """Identity forward; backward multiplies the gradient by p * n / N (p ranks,
+    this rank's batch size n, the global one N), so that the average over the
+    ranks is the mean over the global batch."""
 
     @staticmethod
     def forward(ctx, x, state):
@@ -480,7 +510,13 @@ class _ScaleGrad(torch.autograd.Function):
 
 def _scale_outputs(out, state):
     if isinstance(out, torch.Tensor):
-        return _ScaleGrad.apply(out, state) if out.requires_grad else out
+        if out.requires_grad:
+            state.wrapped += 1
+            return _ScaleGrad.apply(out, state)
+        return out
+    if dataclasses.is_dataclass(out) and not isinstance(out, type):
+        return dataclasses.replace(out, **{f.name: _scale_outputs(getattr(out, f.name), state)
+                                           for f in dataclasses.fields(out) if f.init})
     if isinstance(out, tuple) and hasattr(out, "_fields"):  # namedtuple
         return type(out)(*(_scale_outputs(x, state) for x in out))
     if isinstance(out, (list, tuple)):
@@ -493,13 +529,22 @@ def _scale_outputs(out, state):
     return out
 
 
-def _sum_hook(group, bucket):
-    """DDP comm hook: all-reduce the bucket with SUM (the weights are already in
-    the gradients). Calls the process group itself, as DDP's own reducer does,
-    so a "kaitian" group sees a gradient bucket (shared memory, single copy)."""
+def _avg_hook(group, bucket):
+    """DDP comm hook: the average of the bucket over the ranks (the weights are
+    already in the gradients). Over "kaitian" the division is fused into the
+    reduction (ReduceOp.AVG: no pass of its own); elsewhere it is DDP's own
+    divide-then-sum. Calls the process group itself, as DDP's reducer does, so
+    a "kaitian" group sees a gradient bucket (shared memory, single copy)."""
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     buf = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
-    return pg.allreduce([buf]).get_future().then(lambda fut: fut.value()[0])
+    if dist.get_backend(group) == "kaitian":
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.AVG
+        work = pg.allreduce([buf], opts)
+    else:
+        buf.div_(pg.size())
+        work = pg.allreduce([buf])
+    return work.get_future().then(lambda fut: fut.value()[0])
 
 
 class HeteroDDP(DistributedDataParallel):
@@ -510,18 +555,22 @@ class HeteroDDP(DistributedDataParallel):
     Each forward takes its local batch size n from dim 0 of its first tensor
     argument (or from set_batch_size(n), for that forward only) and starts an
     all_reduce of it (8 bytes, one per step, finished long before backward). In
-    backward the model's output gradient is scaled by n / N, N the global batch
-    size, and the buckets are summed by a comm hook: no extra collective per
-    bucket and no pass over the gradients. Gradient accumulation with no_sync()
-    gives what plain DDP gives with even batches: the sum over microsteps of
-    each microstep's global mean. Every DDP argument is accepted."""
+    backward the gradient of the model's outputs is scaled by p * n / N (p
+    ranks, N the global batch size) and a comm hook averages the buckets (over
+    "kaitian" the division is fused into the reduction): no extra collective
+    per bucket and no extra pass over the gradients. Gradient terms that do not
+    flow through the outputs (a weight penalty added to the loss) are averaged
+    as plain DDP averages them. Gradient accumulation with no_sync() gives what
+    plain DDP gives with even batches: the sum over microsteps of each
+    microstep's global mean. Every DDP argument is accepted."""
 
     def __init__(self, module, **ddp_kwargs):
         super().__init__(module, **ddp_kwargs)
         self._kt_next_n = None
         self.last_batch_size = None
         self._kt_state = None
-        self.register_comm_hook(self.process_group, _sum_hook)
+        self.register_comm_hook(self.process_group, _avg_hook)
+        self._kt_warned = False
 
     def set_batch_size(self, n):
         """This rank's batch size for the next forward (when dim 0 of its first
@@ -560,9 +609,16 @@ class HeteroDDP(DistributedDataParallel):
         count = torch.tensor([float(n)], dtype=torch.float64,
                              device=_coll_device(self.process_group))
         work = dist.all_reduce(count, group=self.process_group, async_op=True)
-        self._kt_state = _CountState(n, work, count)
-        out = super().forward(*inputs, **kwargs)
-        return _scale_outputs(out, self._kt_state)
+        self._kt_state = st = _CountState(n, work, count, dist.get_world_size(self.process_group))
+        st.wrapped = 0
+        out = _scale_outputs(super().forward(*inputs, **kwargs), st)
+        if not st.wrapped and not self._kt_warned:
+            self._kt_warned = True
+            warnings.warn(f"rank {dist.get_rank()}: HeteroDDP: forward returned no tensor that "
+                          f"needs a gradient in a tensor, tuple, list, dict or dataclass "
+                          f"({type(out).__name__}); its gradients are averaged as plain DDP does, "
+                          f"not weighted by batch size", stacklevel=2)
+        return out
 
 
 def weighted_mean(value, n, group=None):

@@ -8,7 +8,8 @@
             5 steps with HeteroSampler + HeteroDDP (uneven shares, a short last
             batch of an epoch, a rank with an empty batch, no_sync accumulation)
             ends with the parameters of one process trained on the union of each
-            step's batches (relative difference <= 1e-10); plain DDP on the same
+            step's batches (relative difference <= 1e-10; the loss has a weight
+            penalty besides the model's output); plain DDP on the same
             batches ends elsewhere (the weighting is real); weighted_mean gives
             the union's loss.
   slow      under `kaitian run -n 2`: rank 1 shares its CPU with a busy process
@@ -190,6 +191,13 @@ def make_model():
     return nn.Sequential(nn.Linear(5, 9), nn.Tanh(), nn.Linear(9, 3)).double()
 
 
+def objective(model, x, y):
+    """The batch's mean cross-entropy plus a weight penalty (a gradient term that
+    does not flow through the model's output: it must count once, not p times)."""
+    params = model.module.parameters() if hasattr(model, "module") else model.parameters()
+    return F.cross_entropy(model(x), y) + 1e-3 * sum(p.square().sum() for p in params)
+
+
 def make_data():
     g = torch.Generator().manual_seed(3)
     return TensorDataset(torch.randn(N_DATA, 5, generator=g, dtype=torch.float64),
@@ -226,7 +234,7 @@ def reference(caps, accum):
         for mb in step:
             idx = [i for b in mb for i in b]
             x, y = ds[idx]
-            loss = F.cross_entropy(model(x), y)
+            loss = objective(model, x, y)
             loss.backward()
             losses.append(loss.item())
         opt.step()
@@ -253,11 +261,11 @@ def train(caps, accum, ddp_class, use_loader, dev):
             if done % accum == 0:
                 opt.zero_grad()
             if last:
-                loss = F.cross_entropy(model(x), y)
+                loss = objective(model, x, y)
                 loss.backward()
             else:
                 with model.no_sync():
-                    loss = F.cross_entropy(model(x), y)
+                    loss = objective(model, x, y)
                     loss.backward()
             sizes.append(x.shape[0])
             losses.append(tk.weighted_mean(loss.item(), x.shape[0]))

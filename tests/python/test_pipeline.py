@@ -5,8 +5,10 @@ whole batch (float64, <= 1e-10 relative); stages pass three tensors (two that
 need gradients, one integer tensor that does not); the first stage holds at
 most P microbatches' activations with 1F1B and all M with GPipe; at 4 ranks
 also pipe 2 x data 2 (Topology, average_gradients); a stage raising in forward,
-a shape mismatch between stages and a failing loss end the step with
-PipelineError naming the stage on every rank, and the next step works.
+a shape mismatch between stages, a failing loss, a batch too small for the
+microbatches and an output that cannot travel end the step with PipelineError
+naming the stage on every rank, stages built with different microbatch counts
+are refused, and the next step works.
 --backend gloo runs the same over gloo."""
 import argparse
 import copy
@@ -184,6 +186,37 @@ def check_failures(group, s, p):
     except PipelineError as e:
         if e.stage != p - 1:
             fail(f"failing loss: {e}")
+    # A batch too small for the microbatches (raised by the first stage only).
+    pipe = Pipeline(stage, group, 32, loss_fn=loss_fn)
+    try:
+        pipe.step(x if s == 0 else None, y if s == p - 1 else None)
+        fail("a batch of 16 for 32 microbatches did not fail the step")
+    except PipelineError as e:
+        if e.stage != 0 or "cannot make 32 microbatches" not in str(e):
+            fail(f"small batch: {e}")
+    # A stage output that cannot travel (None in the tuple).
+    class Holey(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *a):
+            h, skip, idx = self.inner(*a)
+            return h, None, idx
+    pipe = Pipeline(Holey(stage) if s == 0 else stage, group, 2, loss_fn=loss_fn)
+    try:
+        pipe.step(x if s == 0 else None, y if s == p - 1 else None)
+        fail("a stage returning None did not fail the step")
+    except PipelineError as e:
+        if e.stage != 0 or "a stage returns tensors" not in str(e):
+            fail(f"None output: {e}")
+    # Stages disagreeing on the schedule: refused when the pipeline is built.
+    try:
+        Pipeline(stage, group, 2 + (s == 0), loss_fn=loss_fn)
+        fail("stages with different num_microbatches were accepted")
+    except ValueError as e:
+        if "disagree" not in str(e):
+            fail(f"disagreeing stages: {e}")
     # The pipeline works again afterwards.
     pipe = Pipeline(stage, group, 2, loss_fn=loss_fn)
     loss = pipe.step(x if s == 0 else None, y if s == p - 1 else None, broadcast_loss=True)

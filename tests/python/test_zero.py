@@ -43,7 +43,7 @@ def fail(msg):
 
 
 class Net(nn.Module):
-    """Odd parameter counts (7*5+5, 5*3+3, 3*2) and a frozen layer."""
+    """Odd parameter counts (7*5+5, 5*3+3, 3*2, a scalar) and a frozen layer."""
 
     def __init__(self):
         super().__init__()
@@ -51,10 +51,11 @@ class Net(nn.Module):
         self.b = nn.Linear(5, 3)
         self.frozen = nn.Linear(3, 3)
         self.c = nn.Linear(3, 2, bias=False)
+        self.scale = nn.Parameter(torch.tensor(0.9))  # a 0-dimensional parameter
         self.frozen.requires_grad_(False)
 
     def forward(self, x):
-        return self.c(self.frozen(torch.tanh(self.b(torch.tanh(self.a(x))))))
+        return self.c(self.frozen(torch.tanh(self.b(torch.tanh(self.a(x)))))) * self.scale
 
 
 def make(dtype):
@@ -66,7 +67,8 @@ def groups(model, opt_name):
     extra = {"weight_decay": 0.01} if opt_name == "adamw" else {"momentum": 0.9}
     return [{"params": list(model.a.parameters()) + list(model.frozen.parameters()),
              "lr": 0.05, **extra},
-            {"params": list(model.b.parameters()) + list(model.c.parameters()), "lr": 0.02}]
+            {"params": list(model.b.parameters()) + list(model.c.parameters()) + [model.scale],
+             "lr": 0.02}]
 
 
 OPTS = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
@@ -134,9 +136,13 @@ def reference(dtype, opt_name, clip, steps=STEPS, master=False):
 
 
 def train_zero(dtype, opt_name, clip, steps=STEPS, start=0, model=None, opt_state=None,
-               ddp=False, **zkw):
+               ddp=False, perturb=False, **zkw):
     rank, world = dist.get_rank(), dist.get_world_size()
     model = model or make(dtype)
+    if perturb:  # ranks start from different parameters: ZeroOptimizer takes the first rank's
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.1 * rank)
     net = nn.parallel.DistributedDataParallel(model) if ddp else model
     opt = ZeroOptimizer(groups(model, opt_name), OPTS[opt_name], **zkw)
     if opt_state is not None:
@@ -220,6 +226,9 @@ def check(backend):
     case("sgd stage 1 clip 0.05", 1e-10, f64, "sgd", clip=0.05, stage=1)
     case("adamw stage 2 tiny buckets", 1e-10, f64, "adamw", stage=2, bucket_mb=1e-4)
     case("adamw stage 2 offload", 1e-10, f64, "adamw", stage=2, offload=True)
+    case("adamw stage 2 offload, ranks built unequal", 1e-10, f64, "adamw", stage=2, offload=True,
+         perturb=True)
+    case("sgd stage 1, ranks built unequal", 1e-10, f64, "sgd", stage=1, perturb=True)
     case("adamw stage 2 bf16 params, fp32 master", 1e-2,
          torch.bfloat16, "adamw", master=True, stage=2)
     if world == 4:
@@ -230,9 +239,37 @@ def check(backend):
              shard_group=mine)
     case("adamw stage 2 shard_group='node'", 1e-10, f64, "adamw", stage=2, shard_group="node")
     check_memory()
+    check_uneven_use()
     check_errors()
     if rank == 0:
         print(f"PASS zero check, {world} ranks over {backend}")
+
+
+def check_uneven_use():
+    """Stage 2 with tiny buckets where rank 0 uses a layer the others skip: the
+    buckets are reduced in the same order on every rank (no hang, no mixed-up
+    buckets) and the ranks end with equal parameters."""
+    rank = dist.get_rank()
+    torch.manual_seed(1)
+    a, b, c = nn.Linear(4, 4).double(), nn.Linear(4, 4).double(), nn.Linear(4, 1).double()
+    params = list(a.parameters()) + list(b.parameters()) + list(c.parameters())
+    opt = ZeroOptimizer(params, torch.optim.SGD, stage=2, bucket_mb=1e-5, lr=0.1)
+    for step in range(3):
+        x = torch.randn(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(step))
+        opt.zero_grad()
+        h = torch.tanh(a(x))
+        if rank == 0:
+            h = torch.tanh(b(h))
+        c(h).square().mean().backward()
+        opt.step()
+    flat = torch.cat([q.detach().reshape(-1) for q in params])
+    every = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, flat)
+    if any(not torch.equal(e, flat) for e in every):
+        fail("uneven use: the ranks' parameters differ after 3 steps")
+    if rank == 0:
+        print(f"  ok stage 2, a layer used by rank 0 only, {len(opt.buckets)} buckets: ranks agree",
+              flush=True)
 
 
 def check_errors():
@@ -267,9 +304,14 @@ def load(path, stage):
     d = rel(got, ref)
     if not d <= 1e-10:
         fail(f"resumed at {dist.get_world_size()} ranks, stage {stage}: difference {d:.3e}")
-    # The consolidated state is the plain optimizer's too.
-    plain = torch.optim.AdamW(groups(make(torch.float64), "adamw"))
+    # The consolidated state is the plain optimizer's too: it loads and steps it.
+    m2 = make(torch.float64)
+    m2.load_state_dict(ck["model"])
+    plain = torch.optim.AdamW(groups(m2, "adamw"))
     plain.load_state_dict(ck["opt"])
+    x, y = batch(STEPS // 2, torch.float64)
+    mse(m2(x), y).backward()
+    plain.step()
     if dist.get_rank() == 0:
         print(f"PASS zero resume from {path}: {dist.get_world_size()} ranks, stage {stage}, "
               f"difference {d:.2e} after {STEPS} steps", flush=True)

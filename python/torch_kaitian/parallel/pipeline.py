@@ -45,16 +45,23 @@ def average_gradients(params, group):
     and divide by its size: data parallelism around a pipeline stage."""
     if isinstance(params, torch.nn.Module):
         params = params.parameters()
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
+    params = [p for p in params if p.requires_grad]
+    if not params:
         return
-    flat = torch.cat([g.reshape(-1) for g in grads])
+    # Every trainable parameter takes part (a missing gradient as zeros), so the
+    # ranks' buffers agree even when a parameter got no gradient on some of them.
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                      for p in params])
     dist.all_reduce(flat, group=group)
     flat.div_(dist.get_world_size(group))
     o = 0
-    for g in grads:
-        g.copy_(flat[o:o + g.numel()].view_as(g))
-        o += g.numel()
+    for p in params:
+        g = flat[o:o + p.numel()].view_as(p)
+        if p.grad is None:
+            p.grad = g.clone()
+        else:
+            p.grad.copy_(g)
+        o += p.numel()
 
 
 def _as_tuple(x):
@@ -77,7 +84,8 @@ class Pipeline:
     live on the first stage) or "gpipe" (every forward, then every backward:
     all M live). Same numbers either way."""
 
-    def __init__(self, stage, group, num_microbatches, schedule="1f1b", loss_fn=None):
+    def __init__(self, stage, group, num_microbatches, schedule="1f1b", loss_fn=None,
+                 device=None):
         me = dist.get_rank()
         if schedule not in ("1f1b", "gpipe"):
             raise ValueError(f"rank {me}: Pipeline: schedule must be '1f1b' or 'gpipe', not "
@@ -100,10 +108,26 @@ class Pipeline:
         self._prev = ranks[self.s - 1] if not self.first else None
         self._next = ranks[self.s + 1] if not self.last else None
         self.max_live = 0  # most microbatches whose activations this stage held at once
+        # Where received tensors go (the stage's device), and where the headers
+        # go (the CPU, but NCCL moves GPU tensors only).
+        if device is None:
+            device = next((q.device for q in stage.parameters()), torch.device("cpu"))
+        self.device = torch.device(device)
+        self._ctl = self.device if dist.get_backend(group) == "nccl" else torch.device("cpu")
+        # Every stage must run the same schedule, or the messages never pair up.
+        mine = (self.m, self.schedule)
+        every = [None] * self.p
+        dist.all_gather_object(every, mine, group=group)
+        if any(e != mine for e in every):
+            raise ValueError(f"rank {me}: Pipeline: the stages disagree on (num_microbatches, "
+                             f"schedule): {every}")
 
     # ---- messages -------------------------------------------------------------------
     def _header(self, tensors):
         h = torch.zeros(_HDR, dtype=torch.int64)
+        if any(not torch.is_tensor(t) for t in tensors):
+            raise TypeError(f"a stage returns tensors (one, or a tuple or list of them), got "
+                            f"{[type(t).__name__ for t in tensors]}")
         if len(tensors) > _MAX_TENSORS:
             raise ValueError(f"a stage passes {len(tensors)} tensors; at most {_MAX_TENSORS}")
         h[1] = len(tensors)
@@ -115,7 +139,7 @@ class Pipeline:
             h[i], h[i + 1], h[i + 2] = _DTYPES.index(t.dtype), int(t.requires_grad), t.dim()
             h[i + 3:i + 3 + t.dim()] = torch.tensor(t.shape, dtype=torch.int64)
             i += 11
-        return h
+        return h.to(self._ctl)
 
     @staticmethod
     def _parse(h):
@@ -139,8 +163,10 @@ class Pipeline:
                 msg = torch.tensor(list(self._error[1].encode()[:4000]), dtype=torch.uint8)
                 sh = torch.zeros(_HDR, dtype=torch.int64)
                 sh[0], sh[1], sh[2] = _ERROR, msg.numel(), self._error[0]
+                sh, msg = sh.to(self._ctl), msg.to(self._ctl)
             ops.append(dist.P2POp(dist.isend, sh, send_to, self.group))
-        rh = torch.empty(_HDR, dtype=torch.int64) if recv_from is not None else None
+        rh = torch.empty(_HDR, dtype=torch.int64, device=self._ctl) if recv_from is not None \
+            else None
         if rh is not None:
             ops.append(dist.P2POp(dist.irecv, rh, recv_from, self.group))
         self._run(ops)
@@ -150,20 +176,22 @@ class Pipeline:
             ops += [dist.P2POp(dist.isend, t, send_to, self.group) for t in payload if t.numel()]
         got = None
         if rh is not None:
+            rh = rh.cpu()
             if rh[0] == _OK:
                 meta = self._parse(rh)
-                got = [(torch.empty(shape, dtype=dt), rg) for dt, rg, shape in meta]
+                got = [(torch.empty(shape, dtype=dt, device=self.device), rg)
+                       for dt, rg, shape in meta]
                 ops += [dist.P2POp(dist.irecv, t, recv_from, self.group) for t, _ in got
                         if t.numel()]
             else:
-                text = torch.empty(int(rh[1]), dtype=torch.uint8)
+                text = torch.empty(int(rh[1]), dtype=torch.uint8, device=self._ctl)
                 if text.numel():
                     ops.append(dist.P2POp(dist.irecv, text, recv_from, self.group))
                 got = ("error", int(rh[2]), text)
         self._run(ops)
         if isinstance(got, tuple):
             if self._error is None:
-                self._error = (got[1], bytes(got[2].tolist()).decode(errors="replace"))
+                self._error = (got[1], bytes(got[2].cpu().tolist()).decode(errors="replace"))
             return None
         return got
 
@@ -190,9 +218,11 @@ class Pipeline:
         else:
             args = []
             for t, rg in received:
-                args.append(t.requires_grad_(rg and t.is_floating_point()))
+                args.append(t.requires_grad_(rg and (t.is_floating_point() or t.is_complex())))
             args = tuple(args)
         out = _as_tuple(self.stage(*args))
+        if not self.last:
+            self._header(out)  # a stage output that cannot travel fails here, guarded
         self._live[i] = (args, out)
         self.max_live = max(self.max_live, len(self._live))
         if self.last:
@@ -228,8 +258,9 @@ class Pipeline:
     def step(self, inputs=None, targets=None, broadcast_loss=False):
         """Forward and backward of every microbatch; see the class doc."""
         self._error, self._live, self._losses = None, {}, {}
+        self._inputs, self._targets = None, None
         self.max_live = 0
-        self._split(inputs, targets)
+        self._guard(self._split, inputs, targets)  # a bad batch fails the step on every stage
         warm = self.m if self.schedule == "gpipe" else min(self.p - self.s - 1, self.m)
         recv_prev = None if self.first else self._prev
         # Warm-up: forwards only.

@@ -23,7 +23,7 @@ class Topology:
     """Process groups for every axis of `axes`, a list of (name, size) pairs,
     outermost first, whose sizes multiply to the number of ranks.
 
-    ranks: the global ranks the topology covers, in order (default: all of the
+    ranks: the global ranks the topology covers, ascending (default: all of the
     default group). Every rank of the default group must construct it (torch's
     rule for new_group), with the same arguments; ranks outside `ranks` get
     an object whose queries raise.
@@ -43,9 +43,11 @@ class Topology:
         total = 1
         for s in self.sizes:
             total *= s
-        if len(set(ranks)) != len(ranks) or any(not 0 <= r < world for r in ranks):
+        if ranks != sorted(set(ranks)) or any(not 0 <= r < world for r in ranks):
+            # ascending: torch numbers a group's ranks in ascending order, and so do
+            # the coordinates here
             raise ValueError(f"rank {me}: Topology: ranks must be distinct ranks of the job "
-                             f"(0..{world - 1}), got {ranks}")
+                             f"(0..{world - 1}) in ascending order, got {ranks}")
         if total != len(ranks):
             shape = " x ".join(f"{n} {s}" for n, s in self._axes)
             raise ValueError(f"rank {me}: Topology: {shape} = {total} ranks, but there are "

@@ -90,8 +90,7 @@ class _Bucket:
         for p, o in zip(params, self.offsets):
             self.flat[o:o + p.numel()].copy_(p.detach().reshape(-1))
             p.data = self.flat[o:o + p.numel()].view_as(p)
-        self.ready = 0        # parameters whose gradient arrived in this backward
-        self.grad = None      # fp32 flat gradients while being reduced (stage 2)
+        self.ready = set()    # ids of the parameters whose gradient arrived (stage 2)
 
     def gather_grads(self, dtype):
         """The bucket's gradients as one flat buffer (zeros where a parameter has none)."""
@@ -132,12 +131,15 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self.group = group if group is not None else dist.group.WORLD
         self._setup_groups(shard_group)
         self._build_buckets(int(bucket_mb * (1 << 20)))
-        self._build_inner(optimizer_class, optimizer_kwargs)
-        self._pending = []   # (work, bucket, fp32 output) of reductions in flight
-        self._hooks = []
-        if stage == 2:
+        if self.reduce_gradients:  # no DDP around: start from the same parameters, as DDP does
             self._sync_params()
-            self._install_hooks()
+        self._build_inner(optimizer_class, optimizer_kwargs)
+        self._pending = []   # (work, bucket, output, input) of reductions in flight
+        self._hooks = []
+        self._next = 0       # stage 2: the next bucket to reduce (always in bucket order)
+        if stage == 2:
+            with torch.enable_grad():  # the hooks hang on autograd nodes, absent under no_grad
+                self._install_hooks()
 
     # ---- groups ----------------------------------------------------------------------
     def _setup_groups(self, shard_group):
@@ -259,15 +261,22 @@ class ZeroOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p, b):
         def hook(*_):
-            b.ready += 1
-            if b.ready == len(b.params):
-                self._reduce_bucket(b)
+            b.ready.add(id(p))
+            # Buckets are reduced strictly in their order, as DDP's reducer does,
+            # so every rank issues the same collectives in the same order even
+            # when a bucket's gradients arrive early or a parameter gets none.
+            while (self._next < len(self.buckets)
+                   and len(self.buckets[self._next].ready) == len(self.buckets[self._next].params)):
+                self._reduce_bucket(self.buckets[self._next])
+                self._next += 1
+            if self._next == len(self.buckets):  # a whole backward pass: the next one restarts
+                self._next = 0
         return hook
 
     def _reduce_bucket(self, b):
         """Start (or run) the averaged reduction of b's gradients into its master
         gradient; the full gradients are dropped."""
-        b.ready = 0
+        b.ready = set()
         flat = b.gather_grads(self._grad_dtype(b))
         for p in b.params:
             p.grad = None
@@ -300,17 +309,16 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self.masters[i].grad.add_(out.to(self.masters[i].device))
 
     def _drain(self):
-        """Finish every reduction in flight, then reduce what backward left
-        partial (parameters that got no gradient)."""
+        """Reduce, in bucket order, what backward left (buckets with a parameter
+        that got no gradient, and those after them), then finish every
+        reduction in flight."""
+        if self._next or any(b.ready for b in self.buckets):
+            for b in self.buckets[self._next:]:
+                self._reduce_bucket(b)
+        self._next = 0
         for work, b, out, _ in self._pending:
             self._finish_reduce(work, b, out)
         self._pending = []
-        for b in self.buckets:
-            if b.ready:
-                self._reduce_bucket(b)
-                for work, bb, out, _ in self._pending:
-                    self._finish_reduce(work, bb, out)
-                self._pending = []
 
     def _reduce_stage1(self):
         for i, b in enumerate(self.buckets):
@@ -337,14 +345,17 @@ class ZeroOptimizer(torch.optim.Optimizer):
         does on one process (call after backward, before step); returns the norm."""
         self._gradients_ready()
         norm_type = float(norm_type)
+        # a small tensor where the group's backend takes it (NCCL: the GPU)
+        dev = (self.masters[0].grad.device if self.masters and
+               dist.get_backend(self.shard) == "nccl" else torch.device("cpu"))
         if norm_type == math.inf:
             local = max([m.grad.abs().max() for m in self.masters], default=torch.tensor(0.0))
-            total = torch.tensor([float(local)], dtype=torch.float64)
+            total = torch.tensor([float(local)], dtype=torch.float64, device=dev)
             dist.all_reduce(total, op=dist.ReduceOp.MAX, group=self.shard)
             norm = total.item()
         else:
             local = sum((m.grad.double().abs() ** norm_type).sum() for m in self.masters)
-            total = torch.tensor([float(local)], dtype=torch.float64)
+            total = torch.tensor([float(local)], dtype=torch.float64, device=dev)
             dist.all_reduce(total, group=self.shard)  # every chunk once (padding is zero)
             norm = total.item() ** (1.0 / norm_type)
         coef = float(max_norm) / (norm + 1e-6)
@@ -375,6 +386,13 @@ class ZeroOptimizer(torch.optim.Optimizer):
         return loss
 
     def zero_grad(self, set_to_none=True):
+        for work, _, _, _ in self._pending:  # a skipped step: its reductions are dropped
+            if work is not None:
+                work.wait()
+        self._pending = []
+        self._next = 0
+        for b in self.buckets:
+            b.ready = set()
         for m in self.masters:
             m.grad.zero_()
         for g in self.param_groups:
@@ -387,9 +405,18 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self._stage1_reduced = False
 
     def _sync_params(self):
+        """Every parameter (frozen ones too) from the group's first rank."""
         src = _group_ranks(self.group)[0]
         for b in self.buckets:
             dist.broadcast(_bits(b.flat), src=src, group=self.group)
+        with torch.no_grad():
+            for g in self.param_groups:
+                for p in g["params"]:
+                    if not p.requires_grad:
+                        t = p.detach().contiguous()
+                        dist.broadcast(_bits(t), src=src, group=self.group)
+                        if t.data_ptr() != p.data_ptr():
+                            p.copy_(t)
 
     # ---- state ------------------------------------------------------------------------------
     def memory_bytes(self):
@@ -427,7 +454,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
             st = self.inner.state.get(m, {})
             for key in sorted(st):
                 v = st[key]
-                if torch.is_tensor(v) and v.numel() == m.numel() and v.dim() == 1:
+                if torch.is_tensor(v) and v.shape == m.shape and key != "step":
                     full = self._gather_chunk(b, v)
                     for p, o in zip(b.params, b.offsets):
                         state.setdefault(index[id(p)], {})[key] = \
@@ -437,8 +464,12 @@ class ZeroOptimizer(torch.optim.Optimizer):
                         state.setdefault(index[id(p)], {})[key] = (v.clone() if torch.is_tensor(v)
                                                                    else v)
         groups = []
-        for g in self.param_groups:
-            d = {k: v for k, v in g.items() if k != "params"}
+        inner = dict(zip(self._inner_index, self.inner.param_groups))
+        for gi, g in enumerate(self.param_groups):
+            # every option the wrapped optimizer's own groups carry (its defaults
+            # included), so that it can load and step this state too
+            d = {k: v for k, v in inner.get(gi, self.inner.defaults).items() if k != "params"}
+            d.update((k, v) for k, v in g.items() if k != "params")
             d["params"] = [index[id(p)] for p in g["params"]]
             groups.append(d)
         return {"state": state, "param_groups": groups}
@@ -464,17 +495,20 @@ class ZeroOptimizer(torch.optim.Optimizer):
             per = [saved.get(ids[id(p)], saved.get(str(ids[id(p)]), {})) for p in b.params]
             keys = set().union(*[set(s) for s in per]) if per else set()
             new = {}
-            for key in keys:
-                vals = [s.get(key) for s in per]
-                if all(torch.is_tensor(v) and v.numel() == p.numel() and v.dim() > 0
-                       for v, p in zip(vals, b.params)):
-                    flat = torch.zeros(b.chunk * dist.get_world_size(self.shard),
-                                       dtype=vals[0].dtype)
-                    for v, o in zip(vals, b.offsets):
-                        flat[o:o + v.numel()] = v.reshape(-1).cpu()
+            for key in sorted(keys):
+                pairs = [(s[key], p) for s, p in zip(per, b.params) if key in s]
+                # Per element: a tensor of its parameter's shape for every parameter
+                # that has it (a parameter without saved state starts from zeros).
+                if all(torch.is_tensor(v) and v.shape == p.shape for v, p in pairs) and \
+                        key != "step":
+                    dtype = pairs[0][0].dtype
+                    flat = torch.zeros(b.chunk * dist.get_world_size(self.shard), dtype=dtype)
+                    for st, p, o in zip(per, b.params, b.offsets):
+                        if key in st:
+                            flat[o:o + p.numel()] = st[key].reshape(-1).cpu()
                     new[key] = flat[r * b.chunk:(r + 1) * b.chunk].to(m.device).clone()
-                else:
-                    v = next(x for x in vals if x is not None)
+                else:  # per parameter (a step count): the first parameter's
+                    v = pairs[0][0]
                     new[key] = v.clone() if torch.is_tensor(v) else v
             if new:
                 self.inner.state[m] = new
