@@ -15,7 +15,6 @@ its own batch) of the slowest rank against the fastest.
 """
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -142,7 +141,7 @@ def _report(args, world, solo, even_share, even_rate, even_compute, caps, het_sh
           f"{max(even_compute) / min(even_compute) - 1:+.0%})")
 
 
-def _worker(rank, size, port, args, cpus):
+def _worker(rank, size, port, cpus, args):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(size))
     if cpus:
@@ -170,29 +169,14 @@ def main(argv=None):
             torch.set_num_threads(int(omp))
         _run(args)
         return 0
-    import torch.multiprocessing as mp
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cpus = sorted(os.sched_getaffinity(0))
+    from .bench import fork_ranks
     n = args.nproc
-    blocks = ([cpus[i * len(cpus) // n:(i + 1) * len(cpus) // n] for i in range(n)]
-              if n <= len(cpus) else None)
-    if blocks is None and args.slow:
-        print(f"bench --hetero: {n} ranks on {len(cpus)} CPUs cannot be bound apart; a slowed rank "
-              f"would slow the others too (use --no-slow or fewer ranks)", file=sys.stderr)
+    if args.slow and n > len(os.sched_getaffinity(0)):
+        print(f"bench --hetero: {n} ranks on {len(os.sched_getaffinity(0))} CPUs cannot be bound "
+              f"apart; a slowed rank would slow the others too (use --no-slow or fewer ranks)",
+              file=sys.stderr)
         return 2
-    ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_worker, args=(r, n, port, args, blocks and blocks[r]))
-             for r in range(n)]
-    for p in procs:
-        p.start()
-    status = 0
-    for p in procs:
-        p.join()
-        status = status or (p.exitcode != 0)
-    return 1 if status else 0
-
+    return 1 if any(fork_ranks(n, _worker, args)) else 0
 
 if __name__ == "__main__":
     sys.exit(main())

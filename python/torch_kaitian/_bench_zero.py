@@ -12,7 +12,6 @@ runs without it (stage 1 and 2 reduce the gradients themselves).
 """
 import argparse
 import os
-import socket
 import statistics
 import sys
 import time
@@ -66,7 +65,7 @@ def _state_bytes(opt):
                if torch.is_tensor(t))
 
 
-def _job(rank, world, port, args, kind, backend, cpus, out):
+def _job(rank, world, port, cpus, args, kind, backend, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world))
     if cpus:
@@ -116,27 +115,11 @@ def _job(rank, world, port, args, kind, backend, cpus, out):
     dist.destroy_process_group()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_config(world, args, kind, backend):
     import torch.multiprocessing as mp
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    cpus = sorted(os.sched_getaffinity(0))
-    blocks = ([cpus[i * len(cpus) // world:(i + 1) * len(cpus) // world] for i in range(world)]
-              if world <= len(cpus) else [None] * world)
-    port = _free_port()
-    procs = [ctx.Process(target=_job, args=(r, world, port, args, kind, backend, blocks[r], q))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
-    if any(p.exitcode != 0 for p in procs):
+    from .bench import fork_ranks
+    q = mp.get_context("fork").Queue()
+    if any(fork_ranks(world, _job, args, kind, backend, q)):
         return None
     return q.get()
 

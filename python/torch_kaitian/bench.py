@@ -221,7 +221,24 @@ def _cpu_blocks(n):
     return [cpus[i * len(cpus) // n:(i + 1) * len(cpus) // n] for i in range(n)]
 
 
-def _worker(rank, size, port, args, cpus):
+def fork_ranks(n, target, *extra):
+    """Fork n ranks of a job on this host, rank r bound to block r of this
+    process's CPUs as `kaitian run` binds them (unbound with fewer CPUs than
+    ranks), each calling target(rank, n, port, cpus, *extra) with MASTER_PORT
+    free; returns their exit codes."""
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("fork")
+    port = _free_port()
+    blocks = _cpu_blocks(n) or [None] * n
+    procs = [ctx.Process(target=target, args=(r, n, port, blocks[r]) + extra) for r in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    return [p.exitcode for p in procs]
+
+
+def _worker(rank, size, port, cpus, args):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(size))
     if cpus:
@@ -319,19 +336,8 @@ def main(argv=None):
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         _run(args)
         return 0
-    import torch.multiprocessing as mp
-    port = _free_port()
-    ctx = mp.get_context("fork")
-    blocks = _cpu_blocks(args.nproc)  # bound as `kaitian run` binds (docs/launcher.md)
-    procs = [ctx.Process(target=_worker, args=(r, args.nproc, port, args, blocks and blocks[r]))
-             for r in range(args.nproc)]
-    for p in procs:
-        p.start()
-    status = 0
-    for p in procs:
-        p.join()
-        status = status or (p.exitcode != 0)
-    return 1 if status else 0
+    codes = fork_ranks(args.nproc, _worker, args)  # bound as `kaitian run` binds them
+    return 1 if any(codes) else 0
 
 
 if __name__ == "__main__":
