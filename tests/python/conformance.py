@@ -20,8 +20,10 @@ reason; they are reported as skips.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -219,8 +221,12 @@ def _counts(outcomes):
 
 def _run_child(python, backend, ws, args, tag, as_gloo=False, only=None):
     """One backend at one world size in its own interpreter: (outcomes, seconds)."""
-    out = f"/tmp/kt-conformance-{os.getpid()}-{tag}-{ws}.json"
+    # torch's tests leave their FileStore files in the temporary directory: give
+    # the child one of its own and remove it afterwards.
+    tmp = tempfile.mkdtemp(prefix="kt-conformance-")
+    out = os.path.join(tmp, f"{tag}-{ws}.json")
     env = dict(os.environ, BACKEND=backend, WORLD_SIZE=str(ws), KT_CONFORMANCE_CHILD="1",
+               TMPDIR=tmp,
                KT_CONFORMANCE_START=args.start,
                KT_CONFORMANCE_PY311_FIX="0" if args.no_py311_fix else "1")
     if as_gloo:
@@ -240,10 +246,11 @@ def _run_child(python, backend, ws, args, tag, as_gloo=False, only=None):
     try:
         with open(out) as f:
             outcomes = json.load(f)
-        os.unlink(out)
     except OSError:
         print(f"{tag} WORLD_SIZE={ws}: the run crashed (exit {rc})")
         return None, took
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return outcomes, took
 
 

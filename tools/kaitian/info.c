@@ -124,8 +124,12 @@ int kt_tool_info(int argc, char **argv) {
   printf("build:       %s\n", kt_build_info());
   printf("cpu:         %s\n", kt__cpu_features());
   printf("reduce:      %s\n", kt__reduce_impl_name());
-  /* Only the TCP transport exists so far; list shm here when it lands. */
-  printf("transports:  tcp\n");
+  /* What a communicator uses (src/core/comm.c): shared memory among the
+   * ranks of one host unless KAITIAN_TRANSPORT=tcp, TCP between hosts. */
+  if (strcmp(kt__param_TRANSPORT(), "tcp") == 0)
+    printf("transports:  tcp (KAITIAN_TRANSPORT=tcp: also between ranks of one host)\n");
+  else
+    printf("transports:  shm (ranks of one host), tcp (between hosts)\n");
   printf("hostname:    %s\n", host);
   printf("parameters (docs/env.md):\n");
   kt__param_visit(print_param, NULL);

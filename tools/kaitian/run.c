@@ -182,30 +182,39 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
       return 2;
     }
     bool ok = true;
+    const char *want = ""; /* what a good value is, for the message */
+    char nwant[48];
     if (!strcmp(name, "-n") || !strcmp(name, "--nproc-per-node")) {
+      snprintf(nwant, sizeof nwant, "a number of ranks, 1..%d", MAX_NPROC);
+      want = nwant;
       ok = parse_int(val, 1, MAX_NPROC, &o->nproc);
       o->nproc_given = true;
     } else if (!strcmp(name, "--devices")) {
       o->devices = val;
     } else if (!strcmp(name, "--cpus-per-accel")) {
+      want = "CPUs per accelerator rank, 1..65536";
       ok = parse_int(val, 1, 65536, &o->cpus_per_accel);
     } else if (!strcmp(name, "--nnodes")) {
+      want = "a number of nodes, 1..65536";
       ok = parse_int(val, 1, 65536, &o->nnodes);
     } else if (!strcmp(name, "--node-rank")) {
+      want = "0..65535, below --nnodes";
       ok = parse_int(val, 0, 65535, &o->node_rank);
     } else if (!strcmp(name, "--master")) {
       o->master = val;
     } else if (!strcmp(name, "--bind")) {
+      want = "auto or none";
       ok = !strcmp(val, "auto") || !strcmp(val, "none");
       o->bind = !strcmp(val, "auto");
     } else { /* --grace */
+      want = "seconds, 0..86400";
       char *end;
       double sec = strtod(val, &end);
       ok = end != val && *end == '\0' && sec >= 0 && sec <= 86400;
       if (ok) o->grace_ms = (int64_t)(sec * 1000.0 + 0.5);
     }
     if (!ok) {
-      fprintf(stderr, "kaitian run: bad value '%s' for %s\n", val, name);
+      fprintf(stderr, "kaitian run: bad value '%s' for %s (%s)\n", val, name, want);
       return 2;
     }
   }
