@@ -9,34 +9,21 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
-#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+#include "reduce/simd_avx2.h"
 
 /* 8 gradient elements of gtype at g[i], widened to float (exact). */
 AVX2_INLINE __m256 load_grad(const void *g, size_t i, int gtype) {
   if (gtype == KT_ADAM_F32) return _mm256_loadu_ps((const float *)g + i);
   __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)g + i));
   if (gtype == KT_ADAM_F16) return _mm256_cvtph_ps(h);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-/* 8 floats -> bfloat16, round to nearest even, NaN stays a quiet NaN. */
-AVX2_INLINE __m128i to_bf16(__m256 v) {
-  __m256i bits = _mm256_castps_si256(v);
-  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
-  __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x00400000));
-  __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  __m256i r = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, nan), 16);
-  /* pack within 128-bit lanes, then gather qwords 0 and 2 into the low half */
-  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
+  return kt__bf16x8_widen(h);
 }
 
 AVX2_INLINE void store_copy(void *c, size_t i, int ctype, __m256 p) {
   if (ctype == KT_ADAM_F32) {
     _mm256_storeu_ps((float *)c + i, p);
   } else if (ctype != KT_ADAM_COPY_NONE) {
-    __m128i h = ctype == KT_ADAM_F16 ? _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT) : to_bf16(p);
+    __m128i h = ctype == KT_ADAM_F16 ? _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT) : kt__bf16x8_narrow(p);
     _mm_storeu_si128((__m128i *)((uint16_t *)c + i), h);
   }
 }
@@ -99,38 +86,7 @@ AVX2_INLINE void run(const kt__adam_consts *c, const kt__adam_bufs *b, size_t be
   if (i < end) tail(&k, b, i, end - i, gtype, ctype, l2);
 }
 
-#define RUN_COPY(g, l2)                                                       \
-  switch (b->ctype) {                                                         \
-    case KT_ADAM_F32: run(c, b, begin, end, g, KT_ADAM_F32, l2); break;       \
-    case KT_ADAM_F16: run(c, b, begin, end, g, KT_ADAM_F16, l2); break;       \
-    case KT_ADAM_BF16: run(c, b, begin, end, g, KT_ADAM_BF16, l2); break;     \
-    default: run(c, b, begin, end, g, KT_ADAM_COPY_NONE, l2); break;          \
-  }
-
-static AVX2_FN void run_l2(const kt__adam_consts *c, const kt__adam_bufs *b, size_t begin,
-                           size_t end) {
-  switch (b->gtype) {
-    case KT_ADAM_F16: RUN_COPY(KT_ADAM_F16, true); break;
-    case KT_ADAM_BF16: RUN_COPY(KT_ADAM_BF16, true); break;
-    default: RUN_COPY(KT_ADAM_F32, true); break;
-  }
-}
-
-static AVX2_FN void run_plain(const kt__adam_consts *c, const kt__adam_bufs *b, size_t begin,
-                              size_t end) {
-  switch (b->gtype) {
-    case KT_ADAM_F16: RUN_COPY(KT_ADAM_F16, false); break;
-    case KT_ADAM_BF16: RUN_COPY(KT_ADAM_BF16, false); break;
-    default: RUN_COPY(KT_ADAM_F32, false); break;
-  }
-}
-
-void kt__adam_avx2(const kt__adam_consts *c, const kt__adam_bufs *b, size_t begin, size_t end) {
-  if (c->l2)
-    run_l2(c, b, begin, end);
-  else
-    run_plain(c, b, begin, end);
-}
+KT_ADAM_ENTRY(kt__adam_avx2, AVX2_FN)
 
 #else /* not x86-64: the family is never selected */
 

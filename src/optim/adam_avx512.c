@@ -8,9 +8,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#define AVX512_TARGET "avx512f,avx512bw,avx2,fma,f16c"
-#define AVX512_FN __attribute__((target(AVX512_TARGET)))
-#define AVX512_INLINE static inline __attribute__((always_inline, target(AVX512_TARGET)))
+#include "reduce/simd_avx512.h"
 
 /* 16 gradient elements of gtype at g[i] (lanes outside mask: 0), widened to
  * float (exact). 16-bit elements load through a 512-bit masked load of
@@ -20,24 +18,14 @@ AVX512_INLINE __m512 load_grad(const void *g, size_t i, int gtype, __mmask16 mas
   __m256i h = _mm512_castsi512_si256(
       _mm512_maskz_loadu_epi16((__mmask32)mask, (const uint16_t *)g + i));
   if (gtype == KT_ADAM_F16) return _mm512_cvtph_ps(h);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* 16 floats -> bfloat16, round to nearest even, NaN stays a quiet NaN. */
-AVX512_INLINE __m256i to_bf16(__m512 v) {
-  __m512i bits = _mm512_castps_si512(v);
-  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  r = _mm512_mask_or_epi32(r, nan, bits, _mm512_set1_epi32(0x00400000));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+  return kt__bf16x16_widen(h);
 }
 
 AVX512_INLINE void store_copy(void *c, size_t i, int ctype, __m512 p, __mmask16 mask) {
   if (ctype == KT_ADAM_F32) {
     _mm512_mask_storeu_ps((float *)c + i, mask, p);
   } else if (ctype != KT_ADAM_COPY_NONE) {
-    __m256i h = ctype == KT_ADAM_F16 ? _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT) : to_bf16(p);
+    __m256i h = ctype == KT_ADAM_F16 ? _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT) : kt__bf16x16_narrow(p);
     _mm512_mask_storeu_epi16((uint16_t *)c + i, (__mmask32)mask, _mm512_castsi256_si512(h));
   }
 }
@@ -82,38 +70,7 @@ AVX512_INLINE void run(const kt__adam_consts *c, const kt__adam_bufs *b, size_t 
   if (i < end) step16(&k, b, i, (__mmask16)((1u << (end - i)) - 1u), gtype, ctype, l2);
 }
 
-#define RUN_COPY(g, l2)                                                       \
-  switch (b->ctype) {                                                         \
-    case KT_ADAM_F32: run(c, b, begin, end, g, KT_ADAM_F32, l2); break;       \
-    case KT_ADAM_F16: run(c, b, begin, end, g, KT_ADAM_F16, l2); break;       \
-    case KT_ADAM_BF16: run(c, b, begin, end, g, KT_ADAM_BF16, l2); break;     \
-    default: run(c, b, begin, end, g, KT_ADAM_COPY_NONE, l2); break;          \
-  }
-
-static AVX512_FN void run_l2(const kt__adam_consts *c, const kt__adam_bufs *b, size_t begin,
-                             size_t end) {
-  switch (b->gtype) {
-    case KT_ADAM_F16: RUN_COPY(KT_ADAM_F16, true); break;
-    case KT_ADAM_BF16: RUN_COPY(KT_ADAM_BF16, true); break;
-    default: RUN_COPY(KT_ADAM_F32, true); break;
-  }
-}
-
-static AVX512_FN void run_plain(const kt__adam_consts *c, const kt__adam_bufs *b, size_t begin,
-                                size_t end) {
-  switch (b->gtype) {
-    case KT_ADAM_F16: RUN_COPY(KT_ADAM_F16, false); break;
-    case KT_ADAM_BF16: RUN_COPY(KT_ADAM_BF16, false); break;
-    default: RUN_COPY(KT_ADAM_F32, false); break;
-  }
-}
-
-void kt__adam_avx512(const kt__adam_consts *c, const kt__adam_bufs *b, size_t begin, size_t end) {
-  if (c->l2)
-    run_l2(c, b, begin, end);
-  else
-    run_plain(c, b, begin, end);
-}
+KT_ADAM_ENTRY(kt__adam_avx512, AVX512_FN)
 
 #else /* not x86-64: the family is never selected */
 

@@ -50,6 +50,40 @@ KT_INTERNAL void kt__adam_avx2(const kt__adam_consts *c, const kt__adam_bufs *b,
 KT_INTERNAL void kt__adam_avx512(const kt__adam_consts *c, const kt__adam_bufs *b, size_t begin,
                                  size_t end);
 
+/* Defines `void NAME(c, b, begin, end)`, a family's entry point, over the
+ * family's `run(c, b, begin, end, gtype, ctype, l2)`: every combination of
+ * gradient type, copy type and L2 term is a call with constant arguments, so
+ * the inlined run() has no branch on them in its loop. ATTR: the target
+ * attribute of the family (empty for scalar). */
+#define KT_ADAM_COPY_CASES(g, l2)                                          \
+  switch (b->ctype) {                                                      \
+    case KT_ADAM_F32: run(c, b, begin, end, g, KT_ADAM_F32, l2); break;    \
+    case KT_ADAM_F16: run(c, b, begin, end, g, KT_ADAM_F16, l2); break;    \
+    case KT_ADAM_BF16: run(c, b, begin, end, g, KT_ADAM_BF16, l2); break;  \
+    default: run(c, b, begin, end, g, KT_ADAM_COPY_NONE, l2); break;       \
+  }
+#define KT_ADAM_GRAD_CASES(l2)                                             \
+  switch (b->gtype) {                                                      \
+    case KT_ADAM_F16: KT_ADAM_COPY_CASES(KT_ADAM_F16, l2); break;          \
+    case KT_ADAM_BF16: KT_ADAM_COPY_CASES(KT_ADAM_BF16, l2); break;        \
+    default: KT_ADAM_COPY_CASES(KT_ADAM_F32, l2); break;                   \
+  }
+#define KT_ADAM_ENTRY(NAME, ATTR)                                                           \
+  static ATTR void NAME##_l2(const kt__adam_consts *c, const kt__adam_bufs *b, size_t begin, \
+                             size_t end) {                                                  \
+    KT_ADAM_GRAD_CASES(true)                                                                \
+  }                                                                                         \
+  static ATTR void NAME##_plain(const kt__adam_consts *c, const kt__adam_bufs *b,           \
+                                size_t begin, size_t end) {                                 \
+    KT_ADAM_GRAD_CASES(false)                                                               \
+  }                                                                                         \
+  void NAME(const kt__adam_consts *c, const kt__adam_bufs *b, size_t begin, size_t end) {   \
+    if (c->l2)                                                                              \
+      NAME##_l2(c, b, begin, end);                                                          \
+    else                                                                                    \
+      NAME##_plain(c, b, begin, end);                                                       \
+  }
+
 /* The kernel of a family, NULL when this build or CPU lacks it. */
 KT_INTERNAL kt__adam_fn kt__adam_family_fn(int family);
 /* "scalar", "avx2", "avx512"; "?" for an unknown family. */

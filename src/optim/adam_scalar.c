@@ -81,33 +81,4 @@ static inline __attribute__((always_inline)) void run(const kt__adam_consts *k,
   }
 }
 
-#define RUN_COPY(g, l2)                                                       \
-  switch (b->ctype) {                                                         \
-    case KT_ADAM_F32: run(c, b, begin, end, g, KT_ADAM_F32, l2); break;       \
-    case KT_ADAM_F16: run(c, b, begin, end, g, KT_ADAM_F16, l2); break;       \
-    case KT_ADAM_BF16: run(c, b, begin, end, g, KT_ADAM_BF16, l2); break;     \
-    default: run(c, b, begin, end, g, KT_ADAM_COPY_NONE, l2); break;          \
-  }
-
-static void run_l2(const kt__adam_consts *c, const kt__adam_bufs *b, size_t begin, size_t end) {
-  switch (b->gtype) {
-    case KT_ADAM_F16: RUN_COPY(KT_ADAM_F16, true); break;
-    case KT_ADAM_BF16: RUN_COPY(KT_ADAM_BF16, true); break;
-    default: RUN_COPY(KT_ADAM_F32, true); break;
-  }
-}
-
-static void run_plain(const kt__adam_consts *c, const kt__adam_bufs *b, size_t begin, size_t end) {
-  switch (b->gtype) {
-    case KT_ADAM_F16: RUN_COPY(KT_ADAM_F16, false); break;
-    case KT_ADAM_BF16: RUN_COPY(KT_ADAM_BF16, false); break;
-    default: RUN_COPY(KT_ADAM_F32, false); break;
-  }
-}
-
-void kt__adam_scalar(const kt__adam_consts *c, const kt__adam_bufs *b, size_t begin, size_t end) {
-  if (c->l2)
-    run_l2(c, b, begin, end);
-  else
-    run_plain(c, b, begin, end);
-}
+KT_ADAM_ENTRY(kt__adam_scalar, )

@@ -6,8 +6,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
-#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+#include "simd_avx2.h"
 
 /* A kernel: W elements of T per vector step. LOAD/STORE move one vector,
  * VOP combines two. The tail (n % W elements) runs the scalar kernel. */
@@ -47,19 +46,10 @@ AVX2_INLINE void st_f16(void *p, __m256 v) {
 
 /* 8 bfloat16 <-> 8 floats: the bf16 bits are the float's upper half. */
 AVX2_INLINE __m256 ld_bf16(const void *p) {
-  __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  return kt__bf16x8_widen(_mm_loadu_si128((const __m128i *)p));
 }
 AVX2_INLINE void st_bf16(void *p, __m256 v) {
-  __m256i bits = _mm256_castps_si256(v);
-  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
-  __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x00400000));
-  __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  __m256i r = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, nan), 16);
-  /* pack within 128-bit lanes, then gather qwords 0 and 2 into the low half */
-  __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-  _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(packed));
+  _mm_storeu_si128((__m128i *)p, kt__bf16x8_narrow(v));
 }
 
 /* ---- element operations ----------------------------------------------- */

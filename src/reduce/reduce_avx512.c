@@ -7,9 +7,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#define AVX512_TARGET "avx512f,avx512bw,avx2,fma,f16c"
-#define AVX512_FN __attribute__((target(AVX512_TARGET)))
-#define AVX512_INLINE static inline __attribute__((always_inline, target(AVX512_TARGET)))
+#include "simd_avx512.h"
 
 /* Masks of the first r lanes (r smaller than the lane count). */
 AVX512_INLINE __mmask8 mask8(size_t r) { return (__mmask8)((1u << r) - 1u); }
@@ -122,21 +120,13 @@ AVX512_INLINE __m512i f16_join(__m512 lo, __m512 hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(l), h, 1);
 }
 
-AVX512_INLINE __m512 bf16_widen(__m256i v) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
-}
-AVX512_INLINE __m512 bf16_lo(__m512i v) { return bf16_widen(_mm512_castsi512_si256(v)); }
-AVX512_INLINE __m512 bf16_hi(__m512i v) { return bf16_widen(_mm512_extracti64x4_epi64(v, 1)); }
-AVX512_INLINE __m256i bf16_narrow(__m512 v) {
-  __m512i bits = _mm512_castps_si512(v);
-  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  r = _mm512_mask_or_epi32(r, nan, bits, _mm512_set1_epi32(0x00400000));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+AVX512_INLINE __m512 bf16_lo(__m512i v) { return kt__bf16x16_widen(_mm512_castsi512_si256(v)); }
+AVX512_INLINE __m512 bf16_hi(__m512i v) {
+  return kt__bf16x16_widen(_mm512_extracti64x4_epi64(v, 1));
 }
 AVX512_INLINE __m512i bf16_join(__m512 lo, __m512 hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(bf16_narrow(lo)), bf16_narrow(hi), 1);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(kt__bf16x16_narrow(lo)),
+                            kt__bf16x16_narrow(hi), 1);
 }
 
 #define HALF_OP(name, fmt, FOP)                                              \
