@@ -155,3 +155,19 @@ def manual_seed(seed, deterministic=True):
             torch.use_deterministic_algorithms(True, warn_only=True)
         except TypeError:  # torch without warn_only
             pass
+
+
+def _collective_device(group=None):
+    """Where a small tensor must live for a collective of `group`: NCCL takes
+    the current CUDA device's tensors only; every other backend (kaitian, gloo)
+    takes CPU tensors."""
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _group_ranks(group=None):
+    """The global ranks of `group` (None: the default group), in group-rank order."""
+    if group is None or group is dist.group.WORLD:
+        return list(range(dist.get_world_size()))
+    return list(dist.get_process_group_ranks(group))

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, Sampler
 from torch.utils.data._utils.collate import default_collate
 
 from . import _device
+from ._device import _collective_device as _coll_device
 
 __all__ = ["measure_capability", "capabilities", "HeteroSampler", "HeteroDDP", "weighted_mean",
            "shares"]
@@ -39,14 +40,6 @@ def _world(group=None):
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(group), dist.get_world_size(group)
     return _device.global_rank(), _device.global_world_size()
-
-
-def _coll_device(group=None):
-    """Where a small tensor must live for a collective of `group`: NCCL wants the
-    current CUDA device; every other backend (kaitian, gloo) takes CPU tensors."""
-    if dist.get_backend(group) == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 def _synchronize(dev):

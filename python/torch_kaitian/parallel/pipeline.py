@@ -23,6 +23,8 @@ import traceback
 import torch
 import torch.distributed as dist
 
+from .._device import _collective_device, _group_ranks
+
 __all__ = ["Pipeline", "PipelineError", "average_gradients"]
 
 _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
@@ -103,8 +105,7 @@ class Pipeline:
         if self.last and loss_fn is None:
             raise ValueError(f"rank {me}: Pipeline: the last stage needs loss_fn")
         self.loss_fn = loss_fn
-        ranks = (list(range(dist.get_world_size())) if group in (None, dist.group.WORLD)
-                 else dist.get_process_group_ranks(group))
+        ranks = _group_ranks(group)
         self._prev = ranks[self.s - 1] if not self.first else None
         self._next = ranks[self.s + 1] if not self.last else None
         self.max_live = 0  # most microbatches whose activations this stage held at once
@@ -113,7 +114,7 @@ class Pipeline:
         if device is None:
             device = next((q.device for q in stage.parameters()), torch.device("cpu"))
         self.device = torch.device(device)
-        self._ctl = self.device if dist.get_backend(group) == "nccl" else torch.device("cpu")
+        self._ctl = _collective_device(group)
         # Every stage must run the same schedule, or the messages never pair up.
         mine = (self.m, self.schedule)
         every = [None] * self.p
@@ -236,17 +237,13 @@ class Pipeline:
         if self.last:
             torch.autograd.backward(out[0])
         else:
-            pairs = [(o, g) for o, g in zip([o for o in out if o.requires_grad], grads)]
-            if pairs:
-                torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+            outs = [o for o in out if o.requires_grad][:len(grads)]
+            if outs:
+                torch.autograd.backward(outs, list(grads[:len(outs)]))
         return tuple((a.grad if a.grad is not None else torch.zeros_like(a))
                      for a in args if a.requires_grad) if not self.first else ()
 
     # ---- the schedule -------------------------------------------------------------------
-    def _fwd_step(self, i, received):
-        out = self._guard(self._forward, i, received)
-        return out
-
     def _send_fwd_recv_bwd(self, out, want_grad):
         """After forward of a microbatch: send its output on, get the gradient of
         the output of microbatch `want_grad` (or None) back."""
@@ -266,7 +263,7 @@ class Pipeline:
         # Warm-up: forwards only.
         for i in range(warm):
             got = self._exchange(None, None, recv_prev) if recv_prev is not None else None
-            out = self._fwd_step(i, got or [])
+            out = self._guard(self._forward, i, got or [])
             self._exchange(self._next, list(out) if out is not None else (), None) \
                 if self._next is not None else None
         # Steady state: one forward, one backward.
@@ -274,7 +271,7 @@ class Pipeline:
         got = (self._exchange(None, None, recv_prev) if rest and recv_prev is not None else None)
         for j in range(rest):
             i = warm + j
-            out = self._fwd_step(i, got or [])
+            out = self._guard(self._forward, i, got or [])
             grads = None
             if self._next is not None:
                 grads = self._send_fwd_recv_bwd(out if out is not None else (), j)
@@ -328,8 +325,7 @@ class Pipeline:
             t = torch.zeros(1, dtype=torch.float64)
             if self.last:
                 t[0] = float(loss)
-            src = (dist.get_process_group_ranks(self.group)[-1]
-                   if self.group not in (None, dist.group.WORLD) else self.p - 1)
+            src = _group_ranks(self.group)[-1]
             dist.broadcast(t, src=src, group=self.group)
             loss = loss if self.last else t[0]
         return loss

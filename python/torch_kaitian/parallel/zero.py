@@ -35,16 +35,11 @@ import math
 import torch
 import torch.distributed as dist
 
+from .._device import _collective_device, _group_ranks
+
 __all__ = ["ZeroOptimizer"]
 
 _LOW = (torch.float16, torch.bfloat16)
-
-
-def _group_ranks(group):
-    """Global ranks of `group`, in group-rank order."""
-    if group is None or group is dist.group.WORLD:
-        return list(range(dist.get_world_size()))
-    return list(dist.get_process_group_ranks(group))
 
 
 def _reduce_scatter(out, inp, group):
@@ -137,6 +132,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self._pending = []   # (work, bucket, output, input) of reductions in flight
         self._hooks = []
         self._next = 0       # stage 2: the next bucket to reduce (always in bucket order)
+        self._stage1_reduced = False  # stage 1: this step's gradients are in the masters
         if stage == 2:
             with torch.enable_grad():  # the hooks hang on autograd nodes, absent under no_grad
                 self._install_hooks()
@@ -213,7 +209,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
                     size += nb
                 if cur:
                     self.buckets.append(_Bucket(cur, gi, s, device, dtype))
-        self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
+        for i, b in enumerate(self.buckets):
+            b.index = i  # its master chunk is self.masters[i]
 
     def _chunk(self, b):
         r = dist.get_rank(self.shard)
@@ -305,8 +302,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
         if self.replica is not None:
             dist.all_reduce(out, group=self.replica)
         out.div_(dist.get_world_size(self.group))
-        i = self.buckets.index(b)
-        self.masters[i].grad.add_(out.to(self.masters[i].device))
+        m = self.masters[b.index]
+        m.grad.add_(out.to(m.device))
 
     def _drain(self):
         """Reduce, in bucket order, what backward left (buckets with a parameter
@@ -335,7 +332,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
     def _gradients_ready(self):
         if self.stage == 2:
             self._drain()
-        elif not getattr(self, "_stage1_reduced", False):
+        elif not self._stage1_reduced:
             self._reduce_stage1()
             self._stage1_reduced = True
 
@@ -345,9 +342,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
         does on one process (call after backward, before step); returns the norm."""
         self._gradients_ready()
         norm_type = float(norm_type)
-        # a small tensor where the group's backend takes it (NCCL: the GPU)
-        dev = (self.masters[0].grad.device if self.masters and
-               dist.get_backend(self.shard) == "nccl" else torch.device("cpu"))
+        dev = _collective_device(self.shard)
         if norm_type == math.inf:
             local = max([m.grad.abs().max() for m in self.masters], default=torch.tensor(0.0))
             total = torch.tensor([float(local)], dtype=torch.float64, device=dev)
