@@ -181,8 +181,31 @@ typedef struct kt_config {
  * outlive the call only (the communicator does not keep it). */
 KT_API kt_result kt_comm_init(kt_comm *comm, int rank, int size, kt_store store,
                               const kt_config *config);
-/* Create a communicator from the environment that `kaitian run` sets
- * (RANK, WORLD_SIZE, KAITIAN_STORE_ADDR, KAITIAN_JOB_SECRET). */
+/* The job's shape as the environment describes it, from the first source
+ * that is set, in this order: KaiTian's own variables (KAITIAN_RANK,
+ * KAITIAN_WORLD_SIZE, ...), torchrun's (RANK, WORLD_SIZE, LOCAL_RANK,
+ * MASTER_ADDR, MASTER_PORT; what `kaitian run` sets), Slurm's (SLURM_PROCID,
+ * SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID, SLURM_STEP_NODELIST, ...),
+ * Open MPI's (OMPI_COMM_WORLD_RANK, ...) and PMI's (PMI_RANK, PMI_SIZE; MPICH).
+ * A source that is half set or inconsistent is an error naming the
+ * variables; no source at all is a job of one rank (source "none"). */
+typedef struct kt_job {
+  int rank, size;             /* this process in the job */
+  int local_rank, local_size; /* on this node; -1 where the source does not say */
+  int node_rank, nnodes;      /* -1 where the source does not say */
+  char store_host[256];       /* the rendezvous store ("" for a job of one rank) */
+  int store_port;
+  int serve_store;            /* 1: no launcher serves the store; rank 0 must
+                                 (kt_comm_init_env does, at store_port) */
+  char source[16];            /* "kaitian", "torchrun", "slurm", "openmpi", "pmi", "none" */
+  char job_id[96];            /* the same on every rank, e.g. "slurm-4711.0"; "" if unknown */
+} kt_job;
+KT_API kt_result kt_job_from_env(kt_job *job);
+
+/* Create a communicator of the whole job from the environment
+ * (kt_job_from_env): under `kaitian run`, torchrun, `srun` or `mpirun`. Where
+ * no launcher serves a store (srun, mpirun, plain torchrun variables), rank 0
+ * serves one for the duration of the call. */
 KT_API kt_result kt_comm_init_env(kt_comm *comm);
 /* Collective over comm: ranks with the same color form a new communicator,
  * ordered by key then by rank in comm. color KT_SPLIT_NOCOLOR gives *newcomm

@@ -1,6 +1,7 @@
 /* comm.c - communicator life cycle: init (from a store or the launcher's
  * environment), split, destroy, abort, and the error state. */
 #include "comm.h"
+#include "jobenv.h"
 
 #include "store/store.h"
 #include "transport/shm.h"
@@ -272,32 +273,61 @@ exit:
   return res;
 }
 
+/* The job from the environment. Where no launcher serves the store (srun,
+ * mpirun), rank 0 serves it until every rank has its communicator: the
+ * barrier at the end, after which nobody reads the store again. */
 kt_result kt_comm_init_env(kt_comm *comm) {
   kt__log_init();
   kt__clear_error();
   if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_comm_init_env: comm is NULL");
-  const char *rs = getenv("RANK"), *ws = getenv("WORLD_SIZE");
-  const char *addr = kt__param_STORE_ADDR();
-  if (!rs || !ws)
-    return kt__err(KT_ERR_INVALID_ARGUMENT,
-                   "kt_comm_init_env: RANK and WORLD_SIZE are not set (start the program with `kaitian run -n N prog`)");
-  char *end1, *end2;
-  long rank = strtol(rs, &end1, 10), size = strtol(ws, &end2, 10);
-  if (*end1 || *end2 || size < 1 || rank < 0 || rank >= size || size > INT32_MAX)
-    return kt__err(KT_ERR_INVALID_ARGUMENT, "kt_comm_init_env: bad RANK=%s / WORLD_SIZE=%s", rs, ws);
-  kt_store store = NULL;
-  if (size > 1) {
-    char host[256];
-    int port;
-    if (!addr[0])
-      return kt__err(KT_ERR_INVALID_ARGUMENT,
-                     "rank %ld: kt_comm_init_env: KAITIAN_STORE_ADDR is not set (start the program with `kaitian run`)",
-                     rank);
-    KT_CHECK(kt__parse_hostport(addr, host, sizeof host, &port));
-    KT_CHECK(kt_store_tcp_connect(host, port, kt__param_JOB_SECRET(), kt__param_CONNECT_TIMEOUT(), &store));
+  *comm = NULL;
+  kt_job job;
+  kt_result r = kt__job_from_env(&job, KT_JOB_SRC_ALL);
+  if (r != KT_SUCCESS) {
+    kt__error_prefix("kt_comm_init_env: ");
+    return r;
   }
-  kt_result r = kt_comm_init(comm, (int)rank, (int)size, store, NULL);
+  kt_store store = NULL;
+  kt_store_server server = NULL;
+  if (job.size > 1) {
+    char secret[KT_STORE_MAX_SECRET + 1];
+    KT_CHECK(kt__job_secret(&job, secret, sizeof secret));
+    const char *host = job.store_host;
+    bool loop = !strcmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "::1");
+    if (job.serve_store && job.rank == 0) {
+      const char *bind_host = loop ? host : strchr(host, ':') ? "::" : "0.0.0.0";
+      r = kt_store_server_start(bind_host, job.store_port, secret, &server);
+      if (r != KT_SUCCESS) {
+        kt__error_prefix("rank 0: cannot serve the rendezvous store at %s:%d (from %s; set MASTER_PORT to a free "
+                         "port): ", host, job.store_port, job.source);
+        goto exit;
+      }
+      if (!loop) host = strchr(host, ':') ? "::1" : "127.0.0.1"; /* our own store */
+    }
+    KT_INFO("rank %d: job of %d ranks from %s%s%s, store at %s:%d%s", job.rank, job.size, job.source,
+            job.job_id[0] ? " " : "", job.job_id, job.store_host, job.store_port,
+            job.serve_store ? (job.rank == 0 ? " (served by this rank)" : " (served by rank 0)") : "");
+    r = kt_store_tcp_connect(host, job.store_port, secret, kt__param_CONNECT_TIMEOUT(), &store);
+    volatile char *p = secret; /* do not leave the secret on the stack */
+    for (size_t i = 0; i < sizeof secret; i++) p[i] = 0;
+    if (r != KT_SUCCESS) {
+      kt__error_prefix("rank %d: ", job.rank);
+      goto exit;
+    }
+  }
+  r = kt_comm_init(comm, job.rank, job.size, store, NULL);
   if (store) kt_store_free(store);
+  store = NULL;
+  if (r == KT_SUCCESS && job.serve_store && job.size > 1) {
+    r = kt_barrier(*comm);
+    if (r != KT_SUCCESS) {
+      kt_comm_destroy(*comm);
+      *comm = NULL;
+    }
+  }
+exit:
+  if (store) kt_store_free(store);
+  if (server) kt_store_server_stop(server);
   return r;
 }
 

@@ -4,3 +4,9 @@ foreach(np 1 3)
   add_test(NAME cq_np${np} COMMAND ${KT_CLI} run -n ${np} $<TARGET_FILE:cq_test>)
   set_tests_properties(cq_np${np} PROPERTIES TIMEOUT 120 LABELS core ENVIRONMENT "KAITIAN_TIMEOUT=60000")
 endforeach()
+
+# The job's shape from the environment: host lists (against scontrol where it
+# is installed), tasks-per-node lists, every source, bad environments.
+kt_add_test_exe(test_jobenv ${KT_TEST_DIR}/c/test_jobenv.c)
+add_test(NAME jobenv COMMAND test_jobenv)
+set_tests_properties(jobenv PROPERTIES TIMEOUT 60 LABELS core)
