@@ -6,25 +6,27 @@
 Pure Python over libkaitian.so (ctypes): no compile against torch. Also the
 device-neutral helpers a training script needs (the "seed API"):
 local_device_count(), set_device(i), device(), global_world_size(),
-global_rank(), manual_seed(seed). And heterogeneous data parallelism
+global_rank(), manual_seed(seed); init_process_group() and job_from_env() for
+jobs started by kaitian run, torchrun, srun or mpirun. And heterogeneous data parallelism
 (hetero.py): measure_capability(), capabilities(), HeteroSampler, HeteroDDP,
 weighted_mean().
 """
 import torch.distributed as _dist
 
-from . import _lib
+from . import _launch, _lib
 from ._completion import KaitianError
 from ._device import (device, global_rank, global_world_size, local_device_count, manual_seed,
                       set_device)
 from ._tensors import KaitianUnsupported
 from .hetero import (HeteroDDP, HeteroSampler, capabilities, measure_capability, shares,
                      weighted_mean)
+from ._launch import init_process_group, job_from_env
 from .process_group import ProcessGroupKaitian
 
 __all__ = ["ProcessGroupKaitian", "KaitianError", "KaitianUnsupported", "BACKEND", "device",
            "global_rank", "global_world_size", "local_device_count", "manual_seed", "set_device",
            "library_path", "core_version", "measure_capability", "capabilities", "HeteroSampler",
-           "HeteroDDP", "weighted_mean", "shares"]
+           "HeteroDDP", "weighted_mean", "shares", "init_process_group", "job_from_env"]
 
 BACKEND = "kaitian"
 library_path = _lib.path
@@ -46,3 +48,7 @@ def _register():
 
 
 _register()
+# Under srun / mpirun with no launcher of ours: torch's env:// variables from
+# the cluster manager's (only those not set), so that a plain
+# dist.init_process_group("kaitian") works as well as init_process_group().
+_launch.fill_env_on_import()

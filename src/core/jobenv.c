@@ -211,8 +211,11 @@ static kt_result from_slurm(kt_job *j, bool *found) {
   char first[256] = "";
   if (list) {
     long nhosts = 0;
-    if (kt__hostlist_count(list, &nhosts) != KT_SUCCESS)
-      return kt__err(KT_ERR_INVALID_ARGUMENT, "%s: %s: %s", src, list_name, kt_last_error());
+    if (kt__hostlist_count(list, &nhosts) != KT_SUCCESS) {
+      char why[400]; /* the message is rewritten below */
+      snprintf(why, sizeof why, "%s", kt_last_error());
+      return kt__err(KT_ERR_INVALID_ARGUMENT, "%s: %s: %s", src, list_name, why);
+    }
     if (j->nnodes > 0 && nhosts != j->nnodes && strcmp(list_name, "SLURM_JOB_NODELIST") != 0)
       return kt__err(KT_ERR_INVALID_ARGUMENT, "%s: %s=%.100s names %ld hosts, %s=%d", src, list_name, list, nhosts,
                      nnodes_name, j->nnodes);

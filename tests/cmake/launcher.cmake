@@ -31,3 +31,9 @@ set_tests_properties(launcher_shm_small PROPERTIES SKIP_RETURN_CODE 77)
 kt_launcher_test(shm_linger 60 shm_linger.sh ${KT_CLI})
 set_tests_properties(launcher_shm_linger PROPERTIES SKIP_RETURN_CODE 77 LABELS "launcher;no_sanitizer")
 kt_launcher_test(shm_oversub 60 shm_oversub.sh ${KT_CLI})
+
+# The job's shape from each environment kt_job_from_env reads (torchrun-style
+# variables, Slurm's, Open MPI's, PMI's, set by hand), bad environments,
+# launchers shaped by Slurm's variables, --local-rank-arg.
+kt_add_test_exe(launch_env_test ${KT_TEST_DIR}/c/launch_env_test.c)
+kt_launcher_test(env_sources 180 env_sources.sh ${KT_CLI} $<TARGET_FILE:launch_env_test>)

@@ -82,3 +82,11 @@ kt_py_test(conformance_smoke 600 ${KT_PYTHON} ${KT_PY_DIR}/conformance.py --worl
            -k test_send_recv_any_source -k test_sparse_all_reduce_sum)
 kt_py_test(bench_smoke 300 ${KT_PYTHON} -m torch_kaitian.bench --max-bytes 65536 --reps 1 --scale 0.05 --steps 2)
 kt_py_test(install 300 ${KT_PYTHON} ${KT_PY_DIR}/test_install.py ${PROJECT_BINARY_DIR})
+
+# The same sources for a torch script: torch_kaitian.init_process_group() and
+# a plain dist.init_process_group("kaitian") under Slurm's and Open MPI's
+# variables (the launcher cases run again, quickly, with the Python ones).
+add_test(NAME python_env_sources COMMAND ${CMAKE_COMMAND} -E env ${KT_PY_ENV}
+         sh ${KT_TEST_DIR}/launcher/env_sources.sh ${KT_CLI} $<TARGET_FILE:launch_env_test>
+         ${KT_PY_DIR}/test_launch_env.py)
+set_tests_properties(python_env_sources PROPERTIES TIMEOUT 240 LABELS "python;no_sanitizer")

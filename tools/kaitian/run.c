@@ -3,6 +3,7 @@
  * signals and stops the job on the first failure. */
 #include "tool.h"
 #include "store/store.h"
+#include "jobenv.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -42,6 +43,12 @@ typedef struct run_opts {
   bool prefix;
   bool bind;            /* --bind auto (default): one block of CPUs per local rank */
   char **prog;          /* program and its arguments, NULL-terminated */
+  bool local_rank_arg;  /* --local-rank-arg: pass --local_rank=N to each rank */
+  bool shape_given;     /* --nnodes, --node-rank or --master was given */
+  const char *shape_from; /* "slurm", "openmpi", "pmi": nodes from a cluster manager */
+  char job_id[96];      /* that manager's job id */
+  char secret[KT_STORE_MAX_SECRET + 1]; /* KAITIAN_JOB_SECRET, or derived from the job */
+  char master_buf[300]; /* "HOST:PORT" from the cluster manager */
 } run_opts;
 
 enum phase {
@@ -95,6 +102,10 @@ static void usage(FILE *f) {
           "                           there, torch's MASTER_PORT is PORT+1. Required when\n"
           "                           M > 1 (then export the same KAITIAN_JOB_SECRET on\n"
           "                           every node)\n"
+          "                           Under srun or mpirun (one launcher per node) all three\n"
+          "                           come from the cluster manager when none is given\n"
+          "  --local-rank-arg         pass --local_rank=N to each rank after the program, as\n"
+          "                           python -m torch.distributed.launch did\n"
           "  --grace SEC              how long ranks get to exit after a failure or a\n"
           "                           forwarded signal before they are killed (default 5)\n"
           "  --no-prefix              do not prefix output lines with \"[RANK] \"\n"
@@ -133,6 +144,56 @@ static bool parse_devices(run_opts *o) {
   return true;
 }
 
+/* Under srun or mpirun, with no --nnodes / --node-rank / --master: each
+ * launcher the cluster manager started is one node of the job (the same
+ * kt_job_from_env as the library, cluster managers only: RANK and friends
+ * are what the launcher sets). Node 0 serves the store on the first host at
+ * the port derived from the job (torch's MASTER_PORT is the next one); the
+ * secret is KAITIAN_JOB_SECRET or derived from the job. Returns -1 to go on,
+ * else the exit status. */
+static int shape_from_manager(run_opts *o) {
+  kt_job job;
+  const char *secret = kt__param_JOB_SECRET();
+  if (!o->shape_given) {
+    if (kt__job_from_env(&job, KT_JOB_SRC_SCHEDULERS) != KT_SUCCESS) {
+      fprintf(stderr, "kaitian run: %s\n", kt_last_error());
+      return 2;
+    }
+    if (job.size > 1) {
+      if (job.local_size > 1)
+        fprintf(stderr, "kaitian run: warning: %s started %d launchers on this node, each starting %d rank%s "
+                        "(one launcher per node is meant, e.g. srun --ntasks-per-node=1)\n",
+                job.source, job.local_size, o->nproc, o->nproc == 1 ? "" : "s");
+      if (job.store_port > 65534) {
+        fprintf(stderr, "kaitian run: the store port %d from %s leaves no room for torch's MASTER_PORT "
+                        "(PORT+1); set MASTER_PORT lower\n", job.store_port, job.source);
+        return 2;
+      }
+      o->nnodes = job.size;
+      o->node_rank = job.rank;
+      o->shape_from = job.source[0] == 's' ? "Slurm" : job.source[0] == 'o' ? "Open MPI" : "PMI";
+      snprintf(o->master_host, sizeof o->master_host, "%s", job.store_host);
+      o->master_port = job.store_port;
+      snprintf(o->master_buf, sizeof o->master_buf, "%s:%d", job.store_host, job.store_port);
+      o->master = o->master_buf;
+      snprintf(o->job_id, sizeof o->job_id, "%s", job.job_id);
+      if ((!secret || !*secret) && kt__job_secret(&job, o->secret, sizeof o->secret) != KT_SUCCESS) {
+        fprintf(stderr, "kaitian run: %s\n", kt_last_error());
+        return 2;
+      }
+    }
+  }
+  if (!o->secret[0] && secret && *secret && o->nnodes > 1) {
+    if (strlen(secret) > KT_STORE_MAX_SECRET) {
+      fprintf(stderr, "kaitian run: KAITIAN_JOB_SECRET is %zu bytes long; at most %d are allowed\n",
+              strlen(secret), KT_STORE_MAX_SECRET);
+      return 2;
+    }
+    snprintf(o->secret, sizeof o->secret, "%s", secret);
+  }
+  return -1;
+}
+
 /* Parse the options. Returns -1 to go on, else the exit status (0 for help). */
 static int parse_opts(int argc, char **argv, run_opts *o) {
   o->nproc = 1;
@@ -155,6 +216,10 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
     }
     if (!strcmp(a, "--no-prefix")) {
       o->prefix = false;
+      continue;
+    }
+    if (!strcmp(a, "--local-rank-arg")) {
+      o->local_rank_arg = true;
       continue;
     }
     /* Options with a value: "-n 4", "-n4", "--nnodes 2", "--nnodes=2". */
@@ -197,11 +262,14 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
     } else if (!strcmp(name, "--nnodes")) {
       want = "a number of nodes, 1..65536";
       ok = parse_int(val, 1, 65536, &o->nnodes);
+      o->shape_given = true;
     } else if (!strcmp(name, "--node-rank")) {
       want = "0..65535, below --nnodes";
       ok = parse_int(val, 0, 65535, &o->node_rank);
+      o->shape_given = true;
     } else if (!strcmp(name, "--master")) {
       o->master = val;
+      o->shape_given = true;
     } else if (!strcmp(name, "--bind")) {
       want = "auto or none";
       ok = !strcmp(val, "auto") || !strcmp(val, "none");
@@ -225,6 +293,8 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
   }
   o->prog = argv + i;
   if (!parse_devices(o)) return 2;
+  int rc = shape_from_manager(o);
+  if (rc >= 0) return rc;
   if (o->node_rank >= o->nnodes) {
     fprintf(stderr, "kaitian run: --node-rank %d is out of range for --nnodes %d (0..%d)\n",
             o->node_rank, o->nnodes, o->nnodes - 1);
@@ -240,7 +310,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
             o->nnodes);
     return 2;
   }
-  if (o->master) {
+  if (o->master && !o->shape_from) {
     if (kt__parse_hostport(o->master, o->master_host, sizeof o->master_host,
                            &o->master_port) != KT_SUCCESS) {
       fprintf(stderr, "kaitian run: bad --master '%s': %s\n", o->master, kt_last_error());
@@ -719,8 +789,8 @@ static void ensure_std_fds(void) {
 static int setup_job(run_state *s, job_env *je, kt_store_server *srv) {
   const run_opts *o = &s->o;
   if (s->multi) {
-    const char *secret = kt__param_JOB_SECRET();
-    if (!secret || !*secret) {
+    const char *secret = o->secret;
+    if (!*secret) {
       kt__run_say(2, "kaitian run: --nnodes %d needs a job secret that every node shares: "
                      "export the same KAITIAN_JOB_SECRET on every node before starting the "
                      "launchers, e.g. KAITIAN_JOB_SECRET=$(od -An -N16 -tx1 /dev/urandom | "
@@ -788,9 +858,27 @@ static void start_ranks(run_state *s, const job_env *je, const kt_run_exec *ex) 
     kt_run_rank *r = &s->ranks[i];
     char **extra = NULL;
     char **env = build_env(s, je, r, &extra);
-    kt_result res = env ? kt__run_spawn(r, ex, env, s->o.prefix)
-                        : kt__err(KT_ERR_NO_MEMORY, "out of memory building rank %d's "
-                                  "environment", r->rank);
+    /* --local-rank-arg: "--local_rank=N" right after the program, where
+     * torch.distributed.launch put it. */
+    kt_run_exec mine = *ex;
+    char **argv = NULL, arg[40];
+    if (s->o.local_rank_arg && env) {
+      size_t n = 0, at = ends_with(s->o.prog[0], ".py") ? 2 : 1;
+      while (ex->argv[n]) n++;
+      argv = calloc(n + 2, sizeof *argv);
+      if (argv) {
+        snprintf(arg, sizeof arg, "--local_rank=%d", i);
+        for (size_t k = 0, o = 0; k <= n; k++) {
+          if (k == at) argv[o++] = arg;
+          if (k < n) argv[o++] = ex->argv[k];
+        }
+        mine.argv = argv;
+      }
+    }
+    kt_result res = !env ? kt__err(KT_ERR_NO_MEMORY, "out of memory building rank %d's environment", r->rank)
+                    : s->o.local_rank_arg && !argv ? kt__err(KT_ERR_NO_MEMORY, "out of memory")
+                    : kt__run_spawn(r, &mine, env, s->o.prefix);
+    free(argv);
     free_env(env, extra);
     if (r->running) s->running++;
     if (res != KT_SUCCESS) {
@@ -869,6 +957,9 @@ static int place_ranks(run_state *s, const kt_run_device *plan) {
   }
   int cpus = kt__run_plan_cpus(s->ranks, s->o.nproc, s->o.bind, s->o.cpus_per_accel);
   if (kt__run_info_on()) say_plan(s, cpus);
+  if (s->o.shape_from && kt__run_info_on())
+    kt__run_say(2, "kaitian run: node %d of %d from %s (job %s); node 0 serves the store at %s",
+                s->o.node_rank, s->o.nnodes, s->o.shape_from, s->o.job_id, s->o.master);
   return cpus;
 }
 
