@@ -9,6 +9,9 @@ CTEST_FLAGS ?= --output-on-failure
 # Debian packages the build and the tests need (installed when missing).
 DEB_PACKAGES := gcc make cmake iproute2 procps \
   python3-torch python3-numpy python3-sklearn python3-setuptools python3-pip
+# The cluster managers the launch tests run under (tests/launcher/slurm.sh):
+# installed when missing; where they cannot be, those tests skip and say why.
+DEB_OPTIONAL := slurm-wlm munge openmpi-bin mpich
 # The interpreter with torch (Debian's python3-torch); the python3 first on
 # PATH may be another one.
 PYTHON ?= /usr/bin/python3
@@ -33,6 +36,12 @@ deps:
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi; \
+	missing=""; for p in $(DEB_OPTIONAL); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing (optional):$$missing"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; } || \
+	    echo "note: could not install$$missing; the Slurm and mpirun tests will skip"; \
 	fi
 
 build: deps

@@ -58,8 +58,16 @@ expect_grep() { grep -Eq -- "$1" "$2" || fail "$3: no line matching '$1' in $(ba
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
-# A free TCP port: the launcher's own MASTER_PORT on one node is one.
-free_port() { "$KT" run --no-prefix -n 1 sh -c 'echo $MASTER_PORT'; }
+# A TCP port, and the next one, that nobody uses now: random in 10000-19999,
+# outside Linux's ephemeral range (32768-60999), so that no outgoing
+# connection of a concurrent test can be handed it between now and the bind.
+free_port() {
+  while :; do
+    p=$((10000 + $(od -An -N2 -tu2 /dev/urandom) % 10000))
+    a=$(printf ':%04X ' "$p") b=$(printf ':%04X ' $((p + 1)))
+    cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -q -e "$a" -e "$b" || { echo "$p"; return; }
+  done
+}
 
 # with_shm SIZE CMD...: run CMD with a private tmpfs of SIZE (e.g. 2m) on
 # /dev/shm, in a mount namespace (as in a container with a small /dev/shm).

@@ -81,6 +81,29 @@ expect_grep 'node 0: the job failed before every node joined: node 1 .* could no
   "$TMP/m0.err" "node 0 gives node 1's reason"
 [ $((t1 - t0)) -lt 10000 ] || fail "node 0 took $((t1 - t0)) ms to give up on node 1"
 
+# 3a. Three nodes, node 2 with another --nnodes: nodes 0 and 1 both stop with
+# node 2's reason (node 0 keeps the store up until node 1 has read it).
+for attempt in 1 2 3; do
+  port=$(free_port); M="127.0.0.1:$port"
+  "$KT" run -n 1 --nnodes 3 --node-rank 0 --master "$M" true >"$TMP/t0.out" 2>"$TMP/t0.err" &
+  p0=$!
+  sleep 0.25 # node 1 polls half a slice after node 0: node 0 sees the failure first
+  "$KT" run -n 1 --nnodes 3 --node-rank 1 --master "$M" true >"$TMP/t1.out" 2>"$TMP/t1.err" &
+  p1=$!
+  sleep 0.5
+  "$KT" run -n 1 --nnodes 4 --node-rank 2 --master "$M" true >"$TMP/t2.out" 2>"$TMP/t2.err"
+  rc2=$?
+  wait $p0; rc0=$?
+  wait $p1; rc1=$?
+  expect_rc 1 $rc2 "node 2 with another --nnodes (attempt $attempt)"
+  for k in 0 1; do
+    eval "rc=\$rc$k"
+    [ "$rc" != 0 ] || fail "node $k exited 0 although node 2 could not join"
+    expect_grep "node $k: the job failed before every node joined: node 2 .* could not join the job: node 0 runs with --nnodes 3" \
+      "$TMP/t$k.err" "node $k gives node 2's reason (attempt $attempt)"
+  done
+done
+
 # 3b. Different -n per node: 2 ranks on node 0, 1 on node 1 (started first).
 # Ranks are numbered node by node; the probe meets all 3 in the store, and a
 # checked allreduce/allgather/sendrecv runs across both launchers.

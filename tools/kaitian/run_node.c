@@ -141,6 +141,17 @@ fail:
              n->node_rank, n->host, msg);
     kt__run_node_post_failure(n, line, n->interrupted_by ? 128 + n->interrupted_by : 1);
     kt__run_node_done(n); /* this node will run nothing: node 0 need not wait for it */
+    /* Node 0's store carries the reason to the nodes still waiting (with 3
+     * or more nodes, some may not have looked yet): keep it up until every
+     * node has counted itself done, or a few of their polling slices. */
+    if (n->node_rank == 0 && !n->interrupted_by) {
+      int64_t until = kt__now_ms() + 6 * SLICE_MS;
+      while (kt__now_ms() < until && !kt__run_pending_stop_signal()) {
+        int64_t done = kt__run_node_done_count(n);
+        if (done < 0 || done >= n->nnodes) break;
+        usleep(50 * 1000);
+      }
+    }
     kt__error_set_text(msg);
   }
   kt_store_free(n->store);
