@@ -149,4 +149,25 @@ wait $p1
 expect_rc 1 $? "node 1 after node 0 died"
 expect_grep 'node 1 lost the rendezvous store' "$TMP/k1.err" "store lost message"
 wait_marker 0 5 || fail "ranks left after node 0 died: $(marker_pids)"
+# 5. Node 1's launcher killed while its rank runs on (as when its host is cut
+# off: its ranks' peers may not notice before KAITIAN_TIMEOUT): node 0 names
+# node 1 from its stopped heartbeat and stops.
+port=$(free_port); M="127.0.0.1:$port"
+"$KT" run -n 1 --nnodes 2 --node-rank 0 --master "$M" --grace 1 "$SLEEPER" 1000 >"$TMP/h0.out" 2>"$TMP/h0.err" &
+p0=$!
+"$KT" run -n 1 --nnodes 2 --node-rank 1 --master "$M" "$SLEEPER" 1001 >"$TMP/h1.out" 2>"$TMP/h1.err" &
+p1=$!
+wait_marker 4 10 || fail "expected 2 launchers + 2 ranks, have $(count_marker)"
+t0=$(now_ms)
+kill -9 $p1
+wait $p1
+wait $p0
+rc0=$?
+t1=$(now_ms)
+[ "$rc0" != 0 ] || fail "node 0 exited 0 although node 1's launcher was killed"
+expect_grep 'node 1 \(host [^)]*\) stopped answering for 5.0 s and is not done' "$TMP/h0.err" "node 0 names node 1"
+[ $((t1 - t0)) -lt 10000 ] || fail "node 0 took $((t1 - t0)) ms to name node 1"
+echo "lost node: node 0 exited $rc0 after $((t1 - t0)) ms: $(grep -m1 'stopped answering' "$TMP/h0.err")"
+for p in $(marker_pids); do kill -9 "$p"; done # node 1's orphaned rank
+wait_marker 0 5 || fail "ranks left: $(marker_pids)"
 echo "PASS multinode"

@@ -632,6 +632,27 @@ static void say_remote_failure(const char *line, int node, const char *host, con
   kt__run_say(2, "kaitian run: node %d failed (host %s): %s; %s", node, host, what, then);
 }
 
+/* The line for a lost node (its heartbeat stopped; see KT_RUN_LOST_MS). */
+static void lost_line(char *line, size_t cap, int node, const char *host) {
+  snprintf(line, cap, "kaitian run: node %d (host %s) stopped answering for %.1f s and is not done: its launcher "
+                      "is gone (killed, or its host or network lost)", node, host, KT_RUN_LOST_MS / 1000.0);
+}
+
+/* Every poll: beat this node's heartbeat; node 0 also looks for a node whose
+ * heartbeat stopped (a host killed or cut off, which its ranks' peers may
+ * only notice at KAITIAN_TIMEOUT) and fails the job naming it. */
+static void beat_and_watch(run_state *s) {
+  kt__run_node_beat(&s->node);
+  if (s->o.node_rank != 0) return;
+  char line[600], host[256];
+  int node = -1;
+  if (kt__run_node_find_lost(&s->node, &node, host, sizeof host) != 1) return;
+  lost_line(line, sizeof line, node, host);
+  kt__run_say(2, "%s; stopping the ranks of this node", line);
+  kt__run_node_post_failure_of(&s->node, node, host, line, 1);
+  record_failure(s, line, 1, false);
+}
+
 static void poll_remote(run_state *s) {
   int64_t now = kt__now_ms();
   if (!s->multi || s->store_lost || s->have_first || s->phase != PHASE_RUN) return;
@@ -641,7 +662,10 @@ static void poll_remote(run_state *s) {
   int status = 1, node = -1;
   int rc = kt__run_node_poll_failure(&s->node, line, sizeof line, &status, &node, host,
                                      sizeof host);
-  if (rc == 0) return;
+  if (rc == 0) {
+    beat_and_watch(s);
+    return;
+  }
   if (rc < 0) {
     s->store_lost = true;
     kt__run_say(2, "kaitian run: node %d lost the rendezvous store at %s (did node 0's launcher "
@@ -732,6 +756,14 @@ static void linger(run_state *s, int *status) {
     }
     int64_t done = kt__run_node_done_count(&s->node);
     if (done < 0 || done >= s->o.nnodes) return;
+    char lline[600], lhost[256];
+    int lnode = -1;
+    if (kt__run_node_find_lost(&s->node, &lnode, lhost, sizeof lhost) == 1) {
+      lost_line(lline, sizeof lline, lnode, lhost);
+      kt__run_say(2, "%s", lline);
+      if (*status == 0) *status = 1;
+      return;
+    }
     if (now >= limit) {
       kt__run_say(2, "kaitian run: gave up waiting for the other nodes: %lld of %d done",
                   (long long)done, s->o.nnodes);

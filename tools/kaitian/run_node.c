@@ -88,6 +88,8 @@ kt_result kt__run_node_join(kt_run_node *n, const char *host, int port, const ch
                   n->node_rank, n->nnodes - 1);
     goto fail;
   }
+  snprintf(key, sizeof key, KT_RUN_KEY_HOST "%d", n->node_rank);
+  KT_CHECK_GOTO(kt_store_set(n->store, key, n->host, strlen(n->host)), res, fail);
   /* Node 0 says how many nodes there are; every node says how many ranks it
    * runs (-n may differ between nodes) and, once all have, numbers its
    * ranks after those of the nodes before it. */
@@ -160,12 +162,16 @@ fail:
 }
 
 void kt__run_node_post_failure(kt_run_node *n, const char *line, int status) {
+  kt__run_node_post_failure_of(n, n->node_rank, n->host, line, status);
+}
+
+void kt__run_node_post_failure_of(kt_run_node *n, int node, const char *host, const char *line, int status) {
   if (!n->store) return;
   int64_t count = 0;
   char info[320];
   if (kt_store_add(n->store, KT_RUN_KEY_FAILURES, 1, &count) != KT_SUCCESS) goto warn;
   if (count != 1) return; /* another node's failure came first and is posted */
-  snprintf(info, sizeof info, "%d %d %s", n->node_rank, status, n->host);
+  snprintf(info, sizeof info, "%d %d %s", node, status, host);
   /* info first: whoever sees the line key finds the info key in place. */
   if (kt_store_set(n->store, KT_RUN_KEY_FAILED_INFO, info, strlen(info)) != KT_SUCCESS ||
       kt_store_set(n->store, KT_RUN_KEY_FAILED, line, strlen(line)) != KT_SUCCESS)
@@ -203,9 +209,59 @@ int kt__run_node_poll_failure(kt_run_node *n, char *line, size_t cap, int *statu
   return 1;
 }
 
+void kt__run_node_beat(kt_run_node *n) {
+  char key[64];
+  int64_t count;
+  if (!n->store) return;
+  snprintf(key, sizeof key, KT_RUN_KEY_ALIVE "%d", n->node_rank);
+  kt_store_add(n->store, key, 1, &count); /* a store that is gone shows in the next poll */
+}
+
+int kt__run_node_find_lost(kt_run_node *n, int *node, char *host, size_t hostcap) {
+  if (!n->store || n->nnodes < 2) return 0;
+  int64_t now = kt__now_ms();
+  if (!n->beat) {
+    n->beat = calloc((size_t)n->nnodes, sizeof *n->beat);
+    n->beat_at = calloc((size_t)n->nnodes, sizeof *n->beat_at);
+    if (!n->beat || !n->beat_at) {
+      free(n->beat);
+      free(n->beat_at);
+      n->beat = n->beat_at = NULL;
+      return 0;
+    }
+    for (int j = 0; j < n->nnodes; j++) n->beat[j] = -1;
+  }
+  for (int j = 0; j < n->nnodes; j++) {
+    if (j == n->node_rank) continue;
+    char key[64];
+    int64_t count = 0, done = 0;
+    snprintf(key, sizeof key, KT_RUN_KEY_ALIVE "%d", j);
+    if (kt_store_add(n->store, key, 0, &count) != KT_SUCCESS) return -1;
+    if (count != n->beat[j]) {
+      n->beat[j] = count;
+      n->beat_at[j] = now;
+      continue;
+    }
+    if (now - n->beat_at[j] < KT_RUN_LOST_MS) continue;
+    snprintf(key, sizeof key, KT_RUN_KEY_NODE_DONE "%d", j);
+    if (kt_store_add(n->store, key, 0, &done) != KT_SUCCESS) return -1;
+    if (done) continue;
+    size_t len = 0;
+    snprintf(key, sizeof key, KT_RUN_KEY_HOST "%d", j);
+    if (kt_store_get(n->store, key, host, hostcap - 1, &len, 100) == KT_SUCCESS) host[len] = '\0';
+    else snprintf(host, hostcap, "?");
+    *node = j;
+    return 1;
+  }
+  return 0;
+}
+
 void kt__run_node_done(kt_run_node *n) {
   if (!n->store) return;
   int64_t count;
+  char key[64];
+  snprintf(key, sizeof key, KT_RUN_KEY_NODE_DONE "%d", n->node_rank);
+  kt_store_add(n->store, key, 1, &count); /* before the total: node 0 waits for that */
   if (kt_store_add(n->store, KT_RUN_KEY_DONE, 1, &count) != KT_SUCCESS && n->node_rank != 0)
     kt__run_say(2, "kaitian run: warning: node %d could not report to the store that it is "
                    "done (node 0 gone?): %s", n->node_rank, kt_last_error());
@@ -220,4 +276,7 @@ int64_t kt__run_node_done_count(kt_run_node *n) {
 void kt__run_node_leave(kt_run_node *n) {
   if (n->store) kt_store_free(n->store);
   n->store = NULL;
+  free(n->beat);
+  free(n->beat_at);
+  n->beat = n->beat_at = NULL;
 }

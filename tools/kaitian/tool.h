@@ -27,6 +27,13 @@ int kt_tool_info(int argc, char **argv);
 #define KT_RUN_KEY_NNODES "kaitian/run/nnodes"          /* --nnodes of node 0 */
 #define KT_RUN_KEY_NPROC "kaitian/run/nproc/"           /* + node rank: its -n */
 #define KT_RUN_KEY_NODE "kaitian/run/node/"             /* + node rank: join count */
+#define KT_RUN_KEY_ALIVE "kaitian/run/alive/"           /* + node rank: heartbeat counter */
+#define KT_RUN_KEY_HOST "kaitian/run/host/"             /* + node rank: its hostname */
+#define KT_RUN_KEY_NODE_DONE "kaitian/run/done/"        /* + node rank: 1 once done */
+/* A node whose launcher has not beaten its heartbeat (every NODE_POLL_MS)
+ * for this long, and is not done, is lost: its launcher was killed, or its
+ * host or network is gone. */
+#define KT_RUN_LOST_MS 5000
 
 /* One output stream of one rank, forwarded line by line. */
 typedef struct kt_run_stream {
@@ -164,6 +171,8 @@ typedef struct kt_run_node {
   char host[256];     /* this machine's hostname, for messages */
   bool posted;        /* this node posted the job's first failure */
   int interrupted_by; /* join: the signal that interrupted it, else 0 */
+  int64_t *beat;      /* node 0: each node's last heartbeat count ... */
+  int64_t *beat_at;   /* ... and when it last changed (ms) */
 } kt_run_node;
 /* Connect to the store at host:port with secret, claim node_rank (a second
  * launcher with the same node rank is an error), check that node 0 uses the
@@ -182,6 +191,15 @@ KT_INTERNAL void kt__run_node_post_failure(kt_run_node *n, const char *line, int
  * (message in kt_last_error()). */
 KT_INTERNAL int kt__run_node_poll_failure(kt_run_node *n, char *line, size_t cap, int *status,
                                           int *node, char *host, size_t hostcap);
+/* This node is alive: its heartbeat counter + 1. */
+KT_INTERNAL void kt__run_node_beat(kt_run_node *n);
+/* Node 0: a node (not this one) that is not done and whose heartbeat has not
+ * moved for KT_RUN_LOST_MS: 1 with its rank and host; 0 if none; -1 when the
+ * store fails. */
+KT_INTERNAL int kt__run_node_find_lost(kt_run_node *n, int *node, char *host, size_t hostcap);
+/* Post a failure on behalf of another node (a lost one). */
+KT_INTERNAL void kt__run_node_post_failure_of(kt_run_node *n, int node, const char *host, const char *line,
+                                             int status);
 /* This node's ranks are all finished: count it in KT_RUN_KEY_DONE. */
 KT_INTERNAL void kt__run_node_done(kt_run_node *n);
 /* Node 0: current KT_RUN_KEY_DONE count, -1 when the store fails. */
