@@ -16,6 +16,7 @@ torch._C._distributed_c10d._create_work_from_future, which C++ keeps alive.
 """
 import ctypes
 import os
+import warnings
 import sys
 import time
 import weakref
@@ -175,11 +176,33 @@ class Work(_c10d.Work):
 
 
 def _ms(timeout):
+    """The group's deadline in ms: the shorter of torch's group timeout and
+    KAITIAN_TIMEOUT (when set), so that either can shorten it; a malformed
+    KAITIAN_TIMEOUT is reported once and ignored."""
     if timeout is None:
-        return 0
-    if isinstance(timeout, timedelta):
-        return max(1, int(timeout.total_seconds() * 1000))
-    return max(1, int(timeout))
+        ms = 0
+    elif isinstance(timeout, timedelta):
+        ms = max(1, int(timeout.total_seconds() * 1000))
+    else:
+        ms = max(1, int(timeout))
+    env = os.environ.get("KAITIAN_TIMEOUT", "").strip()
+    if env:
+        try:
+            value = int(env)
+            if value <= 0:
+                raise ValueError
+        except ValueError:
+            global _warned_timeout
+            if not _warned_timeout:
+                _warned_timeout = True
+                warnings.warn(f"KAITIAN_TIMEOUT={env!r} is not a positive number of milliseconds; ignored "
+                              f"(the group's timeout applies: {ms or 1800000} ms)", stacklevel=3)
+        else:
+            ms = value if ms == 0 else min(ms, value)
+    return ms
+
+
+_warned_timeout = False
 
 
 def _release_comms(comms, outstanding, pid=None):

@@ -43,6 +43,8 @@ kt_py_test(ops_file_init 200 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_ops.py --init 
 foreach(scenario timeout dead_peer mismatch ddp)
   kt_py_test(errors_${scenario} 120 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_errors.py ${scenario})
 endforeach()
+kt_py_test(errors_env_timeout 120 ${CMAKE_COMMAND} -E env KAITIAN_TIMEOUT=2000
+           ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_errors.py env_timeout)
 kt_py_test(hetero_sampler 120 ${KT_PYTHON} ${KT_PY_DIR}/test_hetero.py sampler)
 kt_py_test(hetero_exact_np2 200 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_hetero.py exact --caps 1,3)
 kt_py_test(hetero_exact_np3 200 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_hetero.py exact --caps 1,2,5)

@@ -11,6 +11,8 @@ and inside DDP's backward. Run as `kaitian run -n 2 test_errors.py SCENARIO`:
              naming both sides
   ddp        rank 1 dies before backward: rank 0's DDP backward raises the
              core's error (the C++ reducer's path through the future)
+  env_timeout  timeout with a 60 s group and KAITIAN_TIMEOUT=2000: the shorter
+             wins; a malformed KAITIAN_TIMEOUT warns and is ignored
 """
 import os
 import sys
@@ -91,8 +93,29 @@ def ddp():
     print("rank 0: DDP backward raised the core's error")
 
 
+def env_timeout_check():
+    """KAITIAN_TIMEOUT (2000 here) shortens the group's 60 s timeout; a
+    malformed value warns once and is ignored."""
+    import warnings
+    from torch_kaitian.process_group import _ms
+    assert _ms(timedelta(seconds=60)) == 2000, _ms(timedelta(seconds=60))
+    assert _ms(timedelta(seconds=1)) == 1000, "a shorter group timeout must win"
+    saved = os.environ["KAITIAN_TIMEOUT"]
+    os.environ["KAITIAN_TIMEOUT"] = "abc"
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        assert _ms(timedelta(seconds=7)) == 7000
+    os.environ["KAITIAN_TIMEOUT"] = saved
+    assert any("KAITIAN_TIMEOUT='abc'" in str(w.message) for w in got), [str(w.message) for w in got]
+
+
 def main():
     scenario = sys.argv[1]
+    if scenario == "env_timeout":  # the timeout scenario with KAITIAN_TIMEOUT=2000 and a 60 s group
+        env_timeout_check()
+        dist.init_process_group("kaitian", timeout=timedelta(seconds=60))
+        timeout()
+        return
     dist.init_process_group("kaitian", timeout=timedelta(seconds=2 if scenario == "timeout" else 60))
     globals()[scenario]()
     if scenario == "mismatch":
