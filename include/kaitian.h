@@ -184,9 +184,11 @@ KT_API kt_result kt_comm_init(kt_comm *comm, int rank, int size, kt_store store,
 /* The job's shape as the environment describes it, from the first source
  * that is set, in this order: KaiTian's own variables (KAITIAN_RANK,
  * KAITIAN_WORLD_SIZE, ...), torchrun's (RANK, WORLD_SIZE, LOCAL_RANK,
- * MASTER_ADDR, MASTER_PORT; what `kaitian run` sets), Slurm's (SLURM_PROCID,
- * SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID, SLURM_STEP_NODELIST, ...),
- * Open MPI's (OMPI_COMM_WORLD_RANK, ...) and PMI's (PMI_RANK, PMI_SIZE; MPICH).
+ * MASTER_ADDR, MASTER_PORT; what `kaitian run` sets), Open MPI's
+ * (OMPI_COMM_WORLD_RANK, ...), PMI's (PMI_RANK, PMI_SIZE; MPICH) and Slurm's
+ * (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID,
+ * SLURM_STEP_NODELIST, ...; the MPI launchers first, since mpirun inside an
+ * allocation starts its daemons with srun).
  * A source that is half set or inconsistent is an error naming the
  * variables; no source at all is a job of one rank (source "none"). */
 typedef struct kt_job {

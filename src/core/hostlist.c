@@ -215,9 +215,9 @@ kt_result kt__hostlist_nth(const char *list, long idx, char *out, size_t cap) {
 }
 
 /* SLURM_TASKS_PER_NODE: "2(x3),1" is 2 tasks on each of 3 nodes, then 1. */
-kt_result kt__tasks_per_node(const char *spec, int node, int *tasks, int *nnodes) {
+kt_result kt__tasks_per_node(const char *spec, int node, int *tasks, int *nnodes, long *total) {
   if (!spec) return kt__err(KT_ERR_INVALID_ARGUMENT, "tasks per node is NULL");
-  long seen = 0;
+  long seen = 0, sum = 0;
   int found = -1;
   const char *p = spec;
   for (;;) {
@@ -236,6 +236,8 @@ kt_result kt__tasks_per_node(const char *spec, int node, int *tasks, int *nnodes
     }
     if (node >= seen && node < seen + rep) found = (int)t;
     seen += rep;
+    sum += t * rep;
+    if (sum > 1L << 40) goto bad;
     if (seen > KT_HOSTLIST_MAX) goto bad;
     if (*p == '\0') break;
     if (*p != ',') goto bad;
@@ -243,6 +245,7 @@ kt_result kt__tasks_per_node(const char *spec, int node, int *tasks, int *nnodes
   }
   if (nnodes) *nnodes = (int)seen;
   if (tasks) *tasks = found;
+  if (total) *total = sum;
   return KT_SUCCESS;
 bad:
   return kt__err(KT_ERR_INVALID_ARGUMENT, "bad tasks-per-node list '%.200s' (expected e.g. 2(x3),1)", spec);

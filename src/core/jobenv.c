@@ -1,7 +1,10 @@
 /* jobenv.c - the job's shape from the environment (kt_job_from_env).
  *
  * Sources, first complete one wins: KaiTian's own variables, torchrun's,
- * Slurm's, Open MPI's, PMI's (MPICH's hydra). Within a source every value is
+ * Open MPI's, PMI's (MPICH's hydra, srun --mpi=pmi2), then Slurm's. The MPI
+ * launchers come before Slurm because mpirun inside an allocation starts its
+ * daemons with srun: its ranks carry a Slurm step's variables that describe
+ * the daemons (one task per node), not the ranks. Within a source every value is
  * checked against the others (rank below size, local rank below local size,
  * node list against node count), and a source that is half set is an error
  * naming what is there and what is missing, since a guess would hang.
@@ -96,8 +99,11 @@ static kt_result find_store(kt_job *j, const char *src, const char *default_host
     j->store_port = port + (agent_port ? 1 : 0);
   } else if (derive && j->job_id[0]) {
     j->store_port = derived_port(j->job_id);
-  } else {
+  } else if (ma) {
     return kt__err(KT_ERR_INVALID_ARGUMENT, "%s: MASTER_ADDR=%.64s is set but MASTER_PORT is not", src, host);
+  } else {
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "%s: nothing in it identifies the job, to derive the store's port from; "
+                   "set MASTER_PORT (the same on every rank)", src);
   }
   j->serve_store = 1;
   return KT_SUCCESS;
@@ -164,11 +170,16 @@ static kt_result from_torchrun(kt_job *j, bool *found) {
 
 static kt_result from_slurm(kt_job *j, bool *found) {
   const char *src = "the Slurm environment";
-  /* An srun task has SLURM_PROCID and SLURM_STEP_ID; a batch script's shell
-   * has neither, and is one process, not the job. */
+  /* An srun task has SLURM_STEP_ID and SLURM_PROCID; a batch script has
+   * SLURM_PROCID (0) without a step, and is one process, not the job. */
   const char *procid = env("SLURM_PROCID"), *step = env("SLURM_STEP_ID");
-  *found = procid && step;
+  if (!step) step = env("SLURM_STEPID");
+  *found = step != NULL;
   if (!*found) return KT_SUCCESS;
+  if (!procid)
+    return kt__err(KT_ERR_INVALID_ARGUMENT,
+                   "%s: SLURM_STEP_ID=%.32s is set but SLURM_PROCID is not (a half-set environment: srun sets both)",
+                   src, step);
   static const char *const ntasks_names[] = {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS", NULL};
   static const char *const nnodes_names[] = {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", NULL};
   static const char *const list_names[] = {"SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST", NULL};
@@ -197,12 +208,18 @@ static kt_result from_slurm(kt_job *j, bool *found) {
   KT_CHECK(get_int(src, "SLURM_LOCALID", env("SLURM_LOCALID"), 0, 1 << 30, &j->local_rank));
   if (tpn) {
     int listed = 0, here = -1;
-    if (kt__tasks_per_node(tpn, j->node_rank >= 0 ? j->node_rank : 0, &here, &listed) != KT_SUCCESS)
+    long total = 0;
+    if (kt__tasks_per_node(tpn, j->node_rank >= 0 ? j->node_rank : 0, &here, &listed, &total) != KT_SUCCESS)
       return kt__err(KT_ERR_INVALID_ARGUMENT, "%s: %s=%.64s is not a tasks-per-node list such as 2(x3),1", src,
                      tpn_name, tpn);
     if (j->nnodes > 0 && listed != j->nnodes)
       return kt__err(KT_ERR_INVALID_ARGUMENT, "%s: %s=%.64s lists %d nodes, %s=%d", src, tpn_name, tpn, listed,
                      nnodes_name, j->nnodes);
+    /* Step lists go with the step's task count (the job's with the job's). */
+    bool same_level = !strncmp(tpn_name, "SLURM_STEP_", 11) == !strncmp(ntasks_name, "SLURM_STEP_", 11);
+    if (same_level && total != j->size)
+      return kt__err(KT_ERR_INVALID_ARGUMENT, "%s: %s=%.64s gives %ld tasks, %s=%d", src, tpn_name, tpn, total,
+                     ntasks_name, j->size);
     if (j->node_rank >= 0) j->local_size = here;
   }
   if (j->local_rank >= 0 && j->local_size > 0 && j->local_rank >= j->local_size)
@@ -235,8 +252,22 @@ static kt_result from_mpi(kt_job *j, bool *found, const char *src, const char *r
   if (!*found) return KT_SUCCESS;
   KT_CHECK(local_pair(j, src, lrname, lsname));
   const char *id = env_first(id_names, NULL);
-  if (id) snprintf(j->job_id, sizeof j->job_id, "%.95s", id);
+  const char *sjob = env("SLURM_JOB_ID"), *sstep = env("SLURM_STEP_ID");
+  if (id) {
+    snprintf(j->job_id, sizeof j->job_id, "%.95s", id);
+  } else if (sjob) { /* inside a Slurm allocation: its job (and the step of srun-started daemons) */
+    snprintf(j->job_id, sizeof j->job_id, "mpi-slurm-%.40s.%.40s", sjob, sstep ? sstep : "batch");
+  } else if (j->local_size == j->size) {
+    /* One host, no id (MPICH's hydra sets none): the ranks' common parent,
+     * the launcher's proxy. */
+    snprintf(j->job_id, sizeof j->job_id, "mpi-%ld-%ld", (long)getppid(), (long)geteuid());
+  }
   bool one_host = j->local_size == j->size;
+  /* Several hosts inside a Slurm allocation: rank 0 runs on its first node. */
+  static const char *const list_names[] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST", NULL};
+  const char *list = one_host ? NULL : env_first(list_names, NULL);
+  char first[256] = "";
+  if (list && kt__hostlist_nth(list, 0, first, sizeof first) != KT_SUCCESS) first[0] = '\0';
   char hint[300];
   snprintf(hint, sizeof hint,
            "%s=%d of %s=%d ranks are on this host, so the others cannot find rank 0 by themselves; set MASTER_ADDR "
@@ -245,7 +276,7 @@ static kt_result from_mpi(kt_job *j, bool *found, const char *src, const char *r
   if (j->local_size < 0)
     snprintf(hint, sizeof hint, "%s is not set, so the ranks' hosts are unknown; set MASTER_ADDR to rank 0's host",
              lsname);
-  return find_store(j, src, one_host ? "127.0.0.1" : NULL, true, false, hint);
+  return find_store(j, src, one_host ? "127.0.0.1" : first[0] ? first : NULL, true, false, hint);
 }
 
 static kt_result from_openmpi(kt_job *j, bool *found) {
@@ -255,7 +286,7 @@ static kt_result from_openmpi(kt_job *j, bool *found) {
 }
 
 static kt_result from_pmi(kt_job *j, bool *found) {
-  static const char *const ids[] = {"PMI_KVSNAME", "PMIX_NAMESPACE", "PMI_PORT", NULL};
+  static const char *const ids[] = {"PMI_KVSNAME", "PMI_JOBID", "PMIX_NAMESPACE", NULL};
   return from_mpi(j, found, "the PMI environment", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", ids);
 }
 
@@ -267,8 +298,8 @@ kt_result kt__job_from_env(kt_job *job, unsigned mask) {
     kt_result (*fn)(kt_job *, bool *);
   } sources[] = {
       {KT_JOB_SRC_KAITIAN, "kaitian", from_kaitian}, {KT_JOB_SRC_TORCHRUN, "torchrun", from_torchrun},
-      {KT_JOB_SRC_SLURM, "slurm", from_slurm},       {KT_JOB_SRC_OPENMPI, "openmpi", from_openmpi},
-      {KT_JOB_SRC_PMI, "pmi", from_pmi},
+      {KT_JOB_SRC_OPENMPI, "openmpi", from_openmpi}, {KT_JOB_SRC_PMI, "pmi", from_pmi},
+      {KT_JOB_SRC_SLURM, "slurm", from_slurm},
   };
   for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
     if (!(mask & sources[i].bit)) continue;

@@ -14,8 +14,9 @@
 KT_INTERNAL kt_result kt__hostlist_count(const char *list, long *count);
 KT_INTERNAL kt_result kt__hostlist_nth(const char *list, long idx, char *out, size_t cap);
 /* SLURM_TASKS_PER_NODE ("2(x3),1"): tasks on node `node` (-1 when the list
- * has fewer nodes) and the number of nodes it lists. */
-KT_INTERNAL kt_result kt__tasks_per_node(const char *spec, int node, int *tasks, int *nnodes);
+ * has fewer nodes), the number of nodes it lists and the tasks in all. Any
+ * output may be NULL. */
+KT_INTERNAL kt_result kt__tasks_per_node(const char *spec, int node, int *tasks, int *nnodes, long *total);
 
 /* Sources kt__job_from_env may take the shape from (a mask). */
 enum {

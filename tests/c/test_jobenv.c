@@ -105,19 +105,21 @@ static void test_tasks_per_node(void) {
   static const struct {
     const char *spec;
     int node, tasks, nnodes;
+    long total;
   } cases[] = {
-      {"4", 0, 4, 1},     {"2(x3),1", 0, 2, 4}, {"2(x3),1", 2, 2, 4}, {"2(x3),1", 3, 1, 4},
-      {"2(x3),1", 4, -1, 4}, {"1,2,3", 1, 2, 3},   {"3(x1)", 0, 3, 1},
+      {"4", 0, 4, 1, 4},      {"2(x3),1", 0, 2, 4, 7}, {"2(x3),1", 2, 2, 4, 7}, {"2(x3),1", 3, 1, 4, 7},
+      {"2(x3),1", 4, -1, 4, 7}, {"1,2,3", 1, 2, 3, 6},   {"3(x1)", 0, 3, 1, 3},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int t = 99, n = 99;
-    kt_result r = kt__tasks_per_node(cases[i].spec, cases[i].node, &t, &n);
-    CHECK(r == KT_SUCCESS && t == cases[i].tasks && n == cases[i].nnodes, "'%s' node %d: %d tasks of %d nodes (r %d)",
-          cases[i].spec, cases[i].node, t, n, (int)r);
+    long total = -1;
+    kt_result r = kt__tasks_per_node(cases[i].spec, cases[i].node, &t, &n, &total);
+    CHECK(r == KT_SUCCESS && t == cases[i].tasks && n == cases[i].nnodes && total == cases[i].total,
+          "'%s' node %d: %d tasks of %d nodes, %ld in all (r %d)", cases[i].spec, cases[i].node, t, n, total, (int)r);
   }
   static const char *const bads[] = {"", "x", "2(x)", "2(3)", "2(x3", "2(x0)", "-1", "1,", ",1", "2(x3)4", "1 ,2"};
   for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++)
-    CHECK(kt__tasks_per_node(bads[i], 0, NULL, NULL) == KT_ERR_INVALID_ARGUMENT, "'%s' accepted", bads[i]);
+    CHECK(kt__tasks_per_node(bads[i], 0, NULL, NULL, NULL) == KT_ERR_INVALID_ARGUMENT, "'%s' accepted", bads[i]);
 }
 
 /* ---- kt_job_from_env ---------------------------------------------------- */
@@ -249,6 +251,30 @@ static void test_sources(void) {
   {
     const char *kv[] = {"SLURM_PROCID=1", "SLURM_STEP_ID=0", "SLURM_JOB_ID=1", "SLURM_NTASKS=2", NULL};
     job_bad("slurm without nodelist", kv, "SLURM_LOCALID=1", "SLURM_STEP_NODELIST,MASTER_ADDR");
+  }
+  job_bad("slurm step without procid", slurm_env, "SLURM_PROCID", "SLURM_STEP_ID,SLURM_PROCID");
+  job_bad("slurm tasks per node sum", slurm_env, "SLURM_STEP_TASKS_PER_NODE=3,3,3", "SLURM_STEP_TASKS_PER_NODE,9 tasks");
+  /* mpirun inside an allocation: its daemons were started by srun, so the
+   * ranks carry a step's variables (one task per node); the MPI ones win. */
+  {
+    const char *kv[] = {"PMI_RANK=3", "PMI_SIZE=4", "MPI_LOCALRANKID=1", "MPI_LOCALNRANKS=2", "SLURM_PROCID=1",
+                        "SLURM_STEP_ID=0", "SLURM_JOB_ID=99", "SLURM_STEP_NUM_TASKS=2", "SLURM_NTASKS=4",
+                        "SLURM_STEP_NUM_NODES=2", "SLURM_NODEID=1", "SLURM_LOCALID=0", "SLURM_STEP_NODELIST=kt[1-2]",
+                        "SLURM_JOB_NODELIST=kt[1-2]", "SLURM_STEP_TASKS_PER_NODE=1(x2)", NULL};
+    job_ok("mpich in an allocation", kv, &j);
+    CHECK(!strcmp(j.source, "pmi") && j.rank == 3 && j.size == 4 && j.local_rank == 1 && !strcmp(j.store_host, "kt1") &&
+              !strcmp(j.job_id, "mpi-slurm-99.0") && j.serve_store,
+          "mpich in an allocation: %s %d/%d local %d store %s:%d id %s", j.source, j.rank, j.size, j.local_rank,
+          j.store_host, j.store_port, j.job_id);
+  }
+  {
+    const char *kv[] = {"PMI_RANK=1", "PMI_SIZE=2", "MPI_LOCALRANKID=1", "MPI_LOCALNRANKS=2", NULL};
+    job_ok("mpich on one host, no job id", kv, &j);
+    CHECK(!strcmp(j.source, "pmi") && !strncmp(j.job_id, "mpi-", 4) && !strcmp(j.store_host, "127.0.0.1"),
+          "mpich one host: %s id %s store %s", j.source, j.job_id, j.store_host);
+    const char *kv2[] = {"PMI_RANK=1", "PMI_SIZE=4", "MPI_LOCALRANKID=1", "MPI_LOCALNRANKS=2", "MASTER_ADDR=h0", NULL};
+    job_bad("mpich on two hosts, no job id", kv2, "MASTER_ADDR=h0", "MASTER_ADDR=h0,MASTER_PORT");
+    job_bad("mpich on two hosts", kv2, "MASTER_ADDR", "MPI_LOCALNRANKS=2,MASTER_ADDR");
   }
   /* MASTER_ADDR / MASTER_PORT override Slurm's store address. */
   {

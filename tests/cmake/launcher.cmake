@@ -37,3 +37,15 @@ kt_launcher_test(shm_oversub 60 shm_oversub.sh ${KT_CLI})
 # launchers shaped by Slurm's variables, --local-rank-arg.
 kt_add_test_exe(launch_env_test ${KT_TEST_DIR}/c/launch_env_test.c)
 kt_launcher_test(env_sources 180 env_sources.sh ${KT_CLI} $<TARGET_FILE:launch_env_test>)
+
+# Real Slurm (its daemons started by the test: 2 slurmd "nodes" on this host)
+# and real mpirun (Open MPI, MPICH): srun, salloc, sbatch, mpirun inside an
+# allocation, bad Slurm environments. Skips (77) where slurm-wlm/munge or an
+# mpirun is missing. The release build also runs its Python cases
+# (python_slurm in python.cmake); sanitizer builds the C ones here.
+if(KT_SANITIZE_ADDRESS OR KT_SANITIZE_THREAD)
+  add_test(NAME launcher_slurm COMMAND ${CMAKE_COMMAND} -E env KT_SLURM_NODES=2
+           sh ${KT_LAUNCHER_DIR}/slurm.sh ${KT_CLI} $<TARGET_FILE:launch_env_test> -)
+  set_tests_properties(launcher_slurm PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
+                       LABELS "launcher;slurm")
+endif()

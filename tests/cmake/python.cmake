@@ -92,3 +92,11 @@ add_test(NAME python_env_sources COMMAND ${CMAKE_COMMAND} -E env ${KT_PY_ENV}
          sh ${KT_TEST_DIR}/launcher/env_sources.sh ${KT_CLI} $<TARGET_FILE:launch_env_test>
          ${KT_PY_DIR}/test_launch_env.py)
 set_tests_properties(python_env_sources PROPERTIES TIMEOUT 240 LABELS "python;no_sanitizer")
+
+# Real Slurm and mpirun, C and Python cases (tests/launcher/slurm.sh; skips
+# where the packages are missing).
+add_test(NAME python_slurm COMMAND ${CMAKE_COMMAND} -E env ${KT_PY_ENV} KT_SLURM_NODES=2
+         sh ${KT_TEST_DIR}/launcher/slurm.sh ${KT_CLI} $<TARGET_FILE:launch_env_test>
+         ${KT_PY_DIR}/test_launch_env.py)
+set_tests_properties(python_slurm PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
+                     LABELS "python;no_sanitizer;slurm")
