@@ -21,26 +21,6 @@
 
 #include <string.h>
 
-/* Run one phase on a child communicator, within the parent's deadline. The
- * phase's op carries the parent's operation (AVG included: it only sums,
- * `partial`), so the children's signature checks catch a mismatch in it; its
- * waits also watch the parent's control sockets and exchange the parent op's
- * status notices, which catch a rank that called another collective on the
- * parent (kt__net_stuck). On
- * failure the parent breaks (run_op), which breaks the children with the
- * parent's message; a peer that died is named by its rank in the parent when
- * the parent's own sockets show it. */
-static kt_result phase(kt__exec *ex, struct kt_comm_s *child, kt__op *op, const char *what) {
-  op->seq = ++child->issued;
-  op->partial = true;
-  kt_result r = kt__execute_phase(child, op, ex);
-  if (r == KT_SUCCESS) return KT_SUCCESS;
-  kt_result dead = kt__net_check_peers(ex); /* its error text names the parent's rank */
-  if (dead != KT_SUCCESS) return dead;
-  kt__error_prefix("%s phase: ", what);
-  return r;
-}
-
 kt_result kt__allreduce_hierarchical(kt__exec *ex) {
   const kt__op *op = ex->op;
   struct kt_comm_s *c = ex->comm, *local = c->local, *cross = c->cross;
@@ -51,7 +31,7 @@ kt_result kt__allreduce_hierarchical(kt__exec *ex) {
     if (op->sendbuf != out && n) memmove(out, op->sendbuf, n * es);
     kt__op ar = {.coll = KT_COLL_ALLREDUCE, .sendbuf = out, .recvbuf = out, .count = n, .dtype = op->dtype,
                  .op = op->op};
-    KT_CHECK(phase(ex, cross, &ar, "inter-host allreduce"));
+    KT_CHECK(kt__hier_phase(ex, cross, &ar, "inter-host allreduce"));
     kt__reduce_finalize(out, n, op->dtype, op->op, c->size);
     return KT_SUCCESS;
   }
@@ -59,23 +39,19 @@ kt_result kt__allreduce_hierarchical(kt__exec *ex) {
   size_t *counts = kt__scratch(c, 2 * (size_t)L * sizeof *counts);
   if (!counts) return kt__err(KT_ERR_NO_MEMORY, "allreduce: out of memory");
   size_t *displs = counts + L;
-  for (int r = 0; r < L; r++) { /* S shards; local ranks from S on hold none */
-    size_t k = (size_t)KT_MIN(r, S);
-    displs[r] = n / (size_t)S * k + KT_MIN(k, n % (size_t)S);
-    counts[r] = r < S ? n / (size_t)S + ((size_t)r < n % (size_t)S) : 0;
-  }
+  kt__hier_shards(n, S, L, counts, displs); /* local ranks from S on hold none */
   char *shard = out + displs[me] * es;
 
   kt__op rs = {.coll = KT_COLL_REDUCE_SCATTER, .sendbuf = op->sendbuf, .recvbuf = shard, .count = n,
                .dtype = op->dtype, .op = op->op, .counts = counts, .displs = displs};
-  KT_CHECK(phase(ex, local, &rs, "intra-host reduce-scatter"));
+  KT_CHECK(kt__hier_phase(ex, local, &rs, "intra-host reduce-scatter"));
   if (cross) {
     kt__op ar = {.coll = KT_COLL_ALLREDUCE, .sendbuf = shard, .recvbuf = shard, .count = counts[me],
                  .dtype = op->dtype, .op = op->op};
-    KT_CHECK(phase(ex, cross, &ar, "inter-host allreduce"));
+    KT_CHECK(kt__hier_phase(ex, cross, &ar, "inter-host allreduce"));
     kt__reduce_finalize(shard, counts[me], op->dtype, op->op, c->size);
   }
   kt__op ag = {.coll = KT_COLL_ALLGATHERV, .sendbuf = shard, .recvbuf = out, .count = counts[me],
                .dtype = op->dtype, .counts = counts, .displs = displs};
-  return phase(ex, local, &ag, "intra-host allgather");
+  return kt__hier_phase(ex, local, &ag, "intra-host allgather");
 }

@@ -44,9 +44,27 @@ KT_INTERNAL kt_result kt__barrier_shm(kt__exec *ex);
 KT_INTERNAL kt_result kt__p2p_shm(kt__exec *ex);            /* send, recv, sendrecv */
 /* Several hosts, shared memory within each (c->local; c->cross only on local ranks below c->shards). */
 KT_INTERNAL kt_result kt__allreduce_hierarchical(kt__exec *ex);
+KT_INTERNAL kt_result kt__broadcast_hierarchical(kt__exec *ex);
+KT_INTERNAL kt_result kt__reduce_hierarchical(kt__exec *ex);
+KT_INTERNAL kt_result kt__allgatherv_hierarchical(kt__exec *ex); /* allgather too */
+KT_INTERNAL kt_result kt__reduce_scatter_hierarchical(kt__exec *ex);
+KT_INTERNAL kt_result kt__barrier_hierarchical(kt__exec *ex);
 
-/* Pick the algorithm for op (tuner.c). *name receives its name for logs. */
-KT_INTERNAL kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, const char **name);
+/* What the hierarchical algorithms share (hier.c). */
+/* Run op as a phase of ex's op on child (c->local or c->cross), within the
+ * parent's deadline; `partial` is set (AVG only sums) and the error text says
+ * which phase failed, or names a dead peer by its rank in the parent. */
+KT_INTERNAL kt_result kt__hier_phase(kt__exec *ex, struct kt_comm_s *child, kt__op *op, const char *what);
+/* n elements cut into S shards for the L ranks of a host (S <= L): local
+ * rank r < S holds counts[r] elements at displs[r] (they differ by at most
+ * one), the others none (at the end). */
+KT_INTERNAL void kt__hier_shards(size_t n, int S, int L, size_t *counts, size_t *displs);
+/* The rank in c->cross of its member on host (c->hosts numbering). */
+KT_INTERNAL int kt__hier_cross_rank(const struct kt_comm_s *c, int host);
+
+/* Pick the algorithm for op (tuner.c); KAITIAN_ALGO is not applied to a
+ * phase of a hierarchical op. *name receives its name for logs. */
+KT_INTERNAL kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, bool phase, const char **name);
 
 /* Ring steps shared by allreduce, reduce_scatter and allgather (ring.c).
  * Block b of the data is len[b] bytes; at step k this rank sends block

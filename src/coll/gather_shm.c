@@ -2,7 +2,9 @@
  * copies its chunk into its region and posts; the root waits for all and
  * copies each into place.
  *
- * All ranks on one host, any root. */
+ * All ranks on one host, any root. Internal callers (reduce_hierarchical.c)
+ * may give uneven blocks: op->counts/op->displs in elements of the root's
+ * recvbuf, op->count then being the total. */
 #include "coll.h"
 
 #include "transport/shm.h"
@@ -13,22 +15,28 @@ kt_result kt__gather_shm(kt__exec *ex) {
   const kt__op *op = ex->op;
   struct kt_comm_s *c = ex->comm;
   int p = c->size, me = c->rank, root = op->root;
-  size_t bytes = op->count * kt_dtype_size(op->dtype), chunk = kt__shm_region_bytes(c);
+  size_t es = kt_dtype_size(op->dtype), chunk = kt__shm_region_bytes(c);
   char *rb = op->recvbuf;
+#define LEN(r) ((op->counts ? op->counts[r] : op->count) * es)
+#define BLOCK(r) (rb + (op->counts ? op->displs[r] : (size_t)(r) * op->count) * es)
   kt__shm_op_begin(ex);
-  if (me == root && bytes && op->sendbuf != rb + (size_t)me * bytes)
-    memcpy(rb + (size_t)me * bytes, op->sendbuf, bytes);
-  for (size_t off = 0; off < bytes; off += chunk) {
-    size_t len = KT_MIN(chunk, bytes - off);
+  size_t most = 0;
+  for (int r = 0; r < p; r++) most = KT_MAX(most, LEN(r));
+  if (me == root && LEN(me) > 0 && op->sendbuf != BLOCK(me)) memcpy(BLOCK(me), op->sendbuf, LEN(me));
+  for (size_t off = 0; off < most; off += chunk) {
     int par;
     KT_CHECK(kt__shm_iter_begin(ex, &par));
-    if (me != root) kt__copy_shared(kt__shm_region(c, me, 0, par), (const char *)op->sendbuf + off, len);
+    if (me != root && off < LEN(me))
+      kt__copy_shared(kt__shm_region(c, me, 0, par), (const char *)op->sendbuf + off, KT_MIN(chunk, LEN(me) - off));
     uint64_t step = kt__shm_post(ex);
     if (me == root) {
       KT_CHECK(kt__shm_wait(ex, -1, step));
       for (int r = 0; r < p; r++)
-        if (r != root) memcpy(rb + (size_t)r * bytes + off, kt__shm_region(c, r, 0, par), len);
+        if (r != root && off < LEN(r))
+          memcpy(BLOCK(r) + off, kt__shm_region(c, r, 0, par), KT_MIN(chunk, LEN(r) - off));
     }
   }
+#undef LEN
+#undef BLOCK
   return KT_SUCCESS;
 }

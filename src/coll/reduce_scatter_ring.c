@@ -4,6 +4,9 @@
  *
  * Any number of ranks. Works in rounds of at most KAITIAN_RING_SEGMENT_BYTES
  * per block; partial results live in scratch, never in the caller's input.
+ * Internal callers (reduce_scatter_hierarchical.c) may give uneven blocks:
+ * op->counts/op->displs in elements of sendbuf, op->count then being the
+ * total; in place then means recvbuf == sendbuf + displs[rank].
  * Cost: (p-1) alpha + (p-1)/p n beta + (p-1)/p n gamma (n = total bytes). */
 #include "coll.h"
 
@@ -17,12 +20,16 @@ kt_result kt__reduce_scatter_ring(kt__exec *ex) {
   size_t es = kt_dtype_size(op->dtype), n = op->count;
   const char *sb = op->sendbuf;
   char *rb = op->recvbuf;
-  if (p == 1 || n == 0) {
-    if (sb != rb && n) memcpy(rb, sb, n * es);
+#define BCOUNT(b) (op->counts ? op->counts[b] : n)
+#define BSTART(b) (op->counts ? op->displs[b] : (size_t)(b) * n)
+  size_t most = 0; /* elements of the largest block */
+  for (int b = 0; b < p; b++) most = KT_MAX(most, BCOUNT(b));
+  if (p == 1 || most == 0) {
+    if (BCOUNT(r) && sb + BSTART(r) * es != rb) memcpy(rb, sb + BSTART(r) * es, BCOUNT(r) * es);
     return KT_SUCCESS;
   }
   /* p + 1 blocks of scratch in all: keep them within one segment's budget. */
-  size_t seg = KT_MIN(n, KT_MAX((size_t)kt__param_RING_SEGMENT_BYTES() / es / ((size_t)p + 1), (size_t)1));
+  size_t seg = KT_MIN(most, KT_MAX((size_t)kt__param_RING_SEGMENT_BYTES() / es / ((size_t)p + 1), (size_t)1));
   /* scratch: p blocks of partial sums + one receive buffer */
   char *scr = kt__scratch(c, ((size_t)p + 1) * seg * es);
   if (!scr) return KT_ERR_NO_MEMORY;
@@ -37,12 +44,12 @@ kt_result kt__reduce_scatter_ring(kt__exec *ex) {
     goto exit;
   }
   uint32_t round = 0;
-  for (size_t base = 0; base < n; base += seg, round++) {
-    size_t this_n = KT_MIN(seg, n - base);
+  for (size_t base = 0; base < most; base += seg, round++) {
     for (int b = 0; b < p; b++) {
-      in[b] = sb + ((size_t)b * n + base) * es;
-      work[b] = b == r ? rb + base * es : scr + (size_t)b * seg * es;
-      len[b] = this_n * es;
+      size_t lo = KT_MIN(base, BCOUNT(b)); /* a short block is empty in its last rounds */
+      in[b] = sb + (BSTART(b) + lo) * es;
+      work[b] = b == r ? rb + lo * es : scr + (size_t)b * seg * es;
+      len[b] = KT_MIN(seg, BCOUNT(b) - lo) * es;
     }
     /* In place (recvbuf inside sendbuf): block r of the input is read at the
      * last step only, when it is reduced into recvbuf itself. */
@@ -54,5 +61,7 @@ exit:
   free(in);
   free(work);
   free(len);
+#undef BCOUNT
+#undef BSTART
   return res;
 }

@@ -3,7 +3,9 @@
  * A small cost model in the alpha-beta style (latency per message + bytes /
  * bandwidth) picks among the algorithms a collective has; KAITIAN_ALGO forces
  * one ("ring", "allreduce=recursive_doubling,broadcast=pipeline"). A forced
- * name the collective does not have is reported once and ignored. */
+ * name the collective does not have is reported once and ignored. Forcing
+ * applies to the operations the user issues: the phases of a hierarchical
+ * one, on its child communicators, run the tuner's picks. */
 #include "coll.h"
 
 #include "transport/shm.h"
@@ -20,7 +22,7 @@ typedef struct algo {
   const char *name;
   kt__algo_fn fn;
   int needs; /* ANY; SHM: every rank on this host with a segment; SHM_SMALL: and fits one region;
-               HIER: ranks on several hosts (c->local; c->cross on the first c->shards local ranks) */
+               HIER: ranks on several hosts (c->local, c->hosts; c->cross on the first c->shards local ranks) */
 } algo;
 
 static const algo algos[] = {
@@ -32,14 +34,19 @@ static const algo algos[] = {
     {KT_COLL_BROADCAST, "binomial", kt__broadcast_binomial, ANY},
     {KT_COLL_BROADCAST, "pipeline", kt__broadcast_pipeline, ANY},
     {KT_COLL_BROADCAST, "shm", kt__broadcast_shm, SHM},
+    {KT_COLL_BROADCAST, "hierarchical", kt__broadcast_hierarchical, HIER},
     {KT_COLL_REDUCE, "binomial", kt__reduce_binomial, ANY},
     {KT_COLL_REDUCE, "shm", kt__reduce_shm, SHM},
+    {KT_COLL_REDUCE, "hierarchical", kt__reduce_hierarchical, HIER},
     {KT_COLL_ALLGATHER, "ring", kt__allgatherv_ring, ANY},
     {KT_COLL_ALLGATHER, "shm", kt__allgatherv_shm, SHM},
+    {KT_COLL_ALLGATHER, "hierarchical", kt__allgatherv_hierarchical, HIER},
     {KT_COLL_ALLGATHERV, "ring", kt__allgatherv_ring, ANY},
     {KT_COLL_ALLGATHERV, "shm", kt__allgatherv_shm, SHM},
+    {KT_COLL_ALLGATHERV, "hierarchical", kt__allgatherv_hierarchical, HIER},
     {KT_COLL_REDUCE_SCATTER, "ring", kt__reduce_scatter_ring, ANY},
     {KT_COLL_REDUCE_SCATTER, "shm", kt__reduce_scatter_shm, SHM},
+    {KT_COLL_REDUCE_SCATTER, "hierarchical", kt__reduce_scatter_hierarchical, HIER},
     {KT_COLL_GATHER, "linear", kt__gather_linear, ANY},
     {KT_COLL_GATHER, "shm", kt__gather_shm, SHM},
     {KT_COLL_SCATTER, "linear", kt__scatter_linear, ANY},
@@ -50,6 +57,7 @@ static const algo algos[] = {
     {KT_COLL_ALLTOALLV, "shm", kt__alltoallv_shm, SHM},
     {KT_COLL_BARRIER, "dissemination", kt__barrier_dissemination, ANY},
     {KT_COLL_BARRIER, "shm", kt__barrier_shm, SHM},
+    {KT_COLL_BARRIER, "hierarchical", kt__barrier_hierarchical, HIER},
     {KT_COLL_SEND, "direct", kt__p2p, ANY},
     {KT_COLL_SEND, "shm", kt__p2p_shm, SHM},
     {KT_COLL_RECV, "direct", kt__p2p, ANY},
@@ -115,10 +123,13 @@ static int ceil_log2(int p) {
 }
 
 static bool can_run(struct kt_comm_s *c, const kt__op *op, const algo *a) {
-  /* Uneven reduce-scatter blocks (internal, hierarchical allreduce): shm only. */
-  if (op->coll == KT_COLL_REDUCE_SCATTER && op->counts && a->needs != SHM) return false;
+  /* Uneven blocks of reduce_scatter and gather (internal: phases of the
+   * hierarchical algorithms): shm, and the ring for reduce_scatter. */
+  if ((op->coll == KT_COLL_REDUCE_SCATTER || op->coll == KT_COLL_GATHER) && op->counts && a->needs != SHM &&
+      a->fn != kt__reduce_scatter_ring)
+    return false;
   if (a->needs == ANY) return true;
-  if (a->needs == HIER) return c->local != NULL; /* every rank of the communicator alike */
+  if (a->needs == HIER) return c->hosts != NULL; /* every rank of the communicator alike */
   if (!c->shm) return false;
   if (a->needs == SHM_SMALL)
     return op->count * kt_dtype_size(op->dtype) <= kt__shm_region_bytes(c);
@@ -134,8 +145,9 @@ static const char *model_pick(struct kt_comm_s *c, const kt__op *op) {
                                                                                                  : "shm_rsag";
     return "shm";
   }
-  /* Several hosts with shared memory inside each: TCP only between hosts. */
-  if (c->local && op->coll == KT_COLL_ALLREDUCE) return "hierarchical";
+  /* Several hosts with shared memory inside each: TCP only between hosts,
+   * for every collective that has a hierarchical algorithm. */
+  if (c->hosts && find_algo(op->coll, "hierarchical") >= 0) return "hierarchical";
   switch (op->coll) {
     case KT_COLL_ALLREDUCE: {
       double chunk = (double)kt__chunk_bytes(op->dtype);
@@ -156,9 +168,9 @@ static const char *model_pick(struct kt_comm_s *c, const kt__op *op) {
   }
 }
 
-kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, const char **name) {
+kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, bool phase, const char **name) {
   pthread_once(&forced_once, parse_forced);
-  int a = forced[op->coll];
+  int a = phase ? -1 : forced[op->coll];
   if (a >= 0 && !can_run(c, op, &algos[a])) {
     KT_INFO("rank %d: KAITIAN_ALGO forces %s=%s, which cannot run this call; using the tuner's pick",
             c->rank, kt__coll_name(op->coll), algos[a].name);
@@ -179,10 +191,27 @@ kt_result kt__execute(struct kt_comm_s *c, const kt__op *op) {
   return kt__execute_until(c, op, kt__now_ns() + c->timeout_ms * 1000000);
 }
 
+/* At INFO, the first op issued on a communicator (not a phase of a
+ * hierarchical one) that runs each algorithm says so: which algorithms a job
+ * uses, at no cost per op (the multi-host tests read it). */
+static void log_first_use(struct kt_comm_s *c, const kt__op *op, kt__algo_fn fn) {
+  _Static_assert(NALGOS <= 64, "one bit of algos_run per algorithm");
+  for (size_t i = 0; i < NALGOS; i++) {
+    if (algos[i].coll != op->coll || algos[i].fn != fn) continue;
+    uint64_t bit = (uint64_t)1 << i;
+    if (!(c->algos_run & bit))
+      KT_INFO("rank %d/%d: %s runs algorithm %s (first time on this communicator)", c->rank, c->size,
+              kt__coll_name(op->coll), algos[i].name);
+    c->algos_run |= bit;
+    return;
+  }
+}
+
 static kt_result execute(struct kt_comm_s *c, const kt__op *op, int64_t deadline_ns, kt__exec *parent) {
   const char *name = "?";
-  kt__algo_fn fn = kt__tune(c, op, &name);
+  kt__algo_fn fn = kt__tune(c, op, parent != NULL, &name);
   if (!fn) return kt__err(KT_ERR_INTERNAL, "no algorithm for %s", kt__coll_name(op->coll));
+  if (!parent && kt__log_level >= KT_LOG_INFO) log_first_use(c, op, fn);
   KT_TRACE("rank %d: op #%llu %s count %zu %s -> %s", c->rank, (unsigned long long)op->seq,
            kt__coll_name(op->coll), op->count, kt_dtype_name(op->dtype), name);
   kt__exec ex = {.comm = c, .op = op, .deadline_ns = deadline_ns, .parent = parent};

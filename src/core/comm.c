@@ -125,6 +125,7 @@ static void comm_free(struct kt_comm_s *c) {
   if (c->local) kt_comm_destroy(c->local);
   if (c->cross) kt_comm_destroy(c->cross);
   free(c->label);
+  free(c->hosts);
   kt__shm_close(c);
   kt__tcp_close(c, false);
   if (c->abort_fd >= 0) close(c->abort_fd);
@@ -137,6 +138,28 @@ static void comm_free(struct kt_comm_s *c) {
 }
 
 static kt_result connect_through_store(struct kt_comm_s *c, kt_store store);
+
+/* c->hosts from each rank's host (hostof, numbered by lowest rank), for the
+ * hierarchical algorithms. One allocation, freed with c. */
+static kt_result hosts_build(struct kt_comm_s *c, const int *hostof, int nhosts) {
+  size_t n = (size_t)c->size;
+  kt__hosts *t = kt__calloc(1, sizeof *t + (3 * n + (size_t)nhosts + 1) * sizeof(int));
+  if (!t) return KT_ERR_NO_MEMORY;
+  t->n = nhosts;
+  t->of = (int *)(t + 1);
+  t->idx = t->of + n;
+  t->rank = t->idx + n;
+  t->first = t->rank + n;
+  int *seen = t->rank; /* per host, ranks met so far (rank[] is filled last) */
+  for (size_t j = 0; j < n; j++) {
+    t->of[j] = hostof[j];
+    t->idx[j] = seen[hostof[j]]++;
+  }
+  for (int h = 0; h < nhosts; h++) t->first[h + 1] = t->first[h] + seen[h];
+  for (size_t j = 0; j < n; j++) t->rank[t->first[hostof[j]] + t->idx[j]] = (int)j;
+  c->hosts = t;
+  return KT_SUCCESS;
+}
 
 /* Split c into the children of one level of hierarchy (see comm.h); every
  * rank computes the same layout from the addresses, so every rank splits. */
@@ -183,6 +206,9 @@ static kt_result setup_hierarchy(struct kt_comm_s *c, const kt__tcp_addr *all) {
     if (hostof[j] == host) c->local->label[nl++] = j;
     if (count[hostof[j]]++ == lrank && c->cross) c->cross->label[nc++] = j;
   }
+  /* Last: the hierarchical algorithms run once c->hosts is set (the splits
+   * above run allgathers on c before the children are complete). */
+  KT_CHECK_GOTO(hosts_build(c, hostof, nhosts), res, exit);
   if (S == most)
     KT_INFO("rank %d: %d hosts x %d ranks: shared memory within the host, TCP between hosts", c->rank, nhosts, L);
   else

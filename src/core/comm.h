@@ -76,6 +76,16 @@ KT_INTERNAL void kt__sig_describe(const kt__sig *g, char *buf, size_t cap);
 struct kt__tcp;
 struct kt__shm;
 
+/* Where the ranks of a communicator with a hierarchy are (comm.c), the same
+ * on every rank: hosts numbered in order of their lowest rank. */
+typedef struct kt__hosts {
+  int n;      /* hosts */
+  int *of;    /* rank -> its host */
+  int *idx;   /* rank -> its index among its host's ranks (its rank in `local`) */
+  int *first; /* n + 1 entries: host h's ranks are rank[first[h] .. first[h + 1]) */
+  int *rank;  /* the ranks grouped by host, ascending within each */
+} kt__hosts;
+
 /* A non-blocking operation in flight. */
 struct kt_request_s {
   kt__op op;
@@ -109,6 +119,8 @@ struct kt_comm_s {
    * any host has), NULL for the others. */
   struct kt_comm_s *local, *cross;
   int shards;
+  kt__hosts *hosts;             /* every rank's host; set last, when local and cross are
+                                   complete: the hierarchical algorithms need it */
   int *label;                   /* children: each rank's rank in the parent, for messages */
 
   /* Ordering: operations execute one at a time in issue order. */
@@ -130,6 +142,10 @@ struct kt_comm_s {
    * the executing op uses it. */
   void *scratch;
   size_t scratch_cap;
+  /* Algorithms (tuner.c's table, bit i) that have run an op issued on this
+   * communicator, each logged at INFO the first time. Only the executing op
+   * touches it. */
+  uint64_t algos_run;
 };
 
 /* Rank r as messages name it: a hierarchy child names the parent's rank. */

@@ -2,7 +2,8 @@
  * point-to-point: every dtype x every valid op x counts {0, 1, odd, large} x
  * in-place / out-of-place x blocking / non-blocking x roots {0, size-1}.
  * Run under the launcher: `kaitian run -n N coll_test [--quick] [--coll a,b]
- * [--seed S] [--count N] [--verbose] [--selftest]`. Each rank checks its own outputs against a
+ * [--seed S] [--count N] [--verbose] [--selftest] [--drop-rank R | --order
+ * LIST]`. Each rank checks its own outputs against a
  * reference computed independently (coll_ref.c), plus guard bytes around and
  * between output blocks and unchanged inputs. Exit status 0 only when every
  * rank saw every result right. */
@@ -922,6 +923,9 @@ static void usage(const char *argv0) {
           "       [--count N: only that count (0, 1, 1531 or a dtype's large count)]\n"
           "       [--selftest: also corrupt each result and require the checks to notice]\n"
           "       [--drop-rank R: split rank R off and test on the other ranks' communicator]\n"
+          "       [--order r,r,...: test on a communicator split off with the launched ranks in this order\n"
+          "        (rank i of it is the i-th listed; ranks not listed are left out), e.g. 0,2,3,1 puts the\n"
+          "        ranks of one host of 2 x 2 at ranks 0 and 3]\n"
           "       [--registered all|rank0|flip: buffers from kt_mem_alloc on every rank (allreduce must\n"
           "        then run single-copy at least once), on rank 0 only, or half of rank 0's at random\n"
           "        (then it must never)]\n"
@@ -952,6 +956,7 @@ static void parse_colls(const char *list, const char *argv0) {
 int main(int argc, char **argv) {
   bool any = false;
   int drop = -1;
+  const char *order = NULL;
   kt_comm world = NULL; /* the launched communicator, when the test runs on a split */
   T.seed = 1;
   T.only_count = -1;
@@ -963,6 +968,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) T.seed = strtoull(argv[++i], NULL, 0);
     else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) T.only_count = atol(argv[++i]);
     else if (strcmp(argv[i], "--drop-rank") == 0 && i + 1 < argc) drop = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--order") == 0 && i + 1 < argc) order = argv[++i];
     else if (strcmp(argv[i], "--registered") == 0 && i + 1 < argc && strcmp(argv[i + 1], "all") == 0)
       T.registered = 1, i++;
     else if (strcmp(argv[i], "--registered") == 0 && i + 1 < argc && strcmp(argv[i + 1], "rank0") == 0)
@@ -979,16 +985,32 @@ int main(int argc, char **argv) {
     fprintf(stderr, "FAIL kt_comm_init_env: %s: %s\n", kt_strerror(rc), kt_last_error());
     return 1;
   }
-  if (drop >= 0) { /* a communicator from kt_comm_split, without rank `drop` */
+  if (drop >= 0 || order) { /* a communicator from kt_comm_split: without rank `drop`, or in `order` */
     world = T.comm;
     int wrank = -1;
     kt_comm_rank(world, &wrank);
-    rc = kt_comm_split(world, wrank == drop ? KT_SPLIT_NOCOLOR : 0, wrank, &T.comm);
+    int key = wrank;
+    bool out = wrank == drop;
+    if (order) {
+      out = true;
+      int i = 0;
+      for (const char *q = order; *q; i++) {
+        char *end;
+        long r = strtol(q, &end, 10);
+        if (end == q || (*end && *end != ',')) {
+          fprintf(stderr, "coll_test: bad --order '%s'\n", order);
+          return 2;
+        }
+        if (r == wrank) out = false, key = i;
+        q = *end ? end + 1 : end;
+      }
+    }
+    rc = kt_comm_split(world, out ? KT_SPLIT_NOCOLOR : 0, key, &T.comm);
     if (rc != KT_SUCCESS) {
       fprintf(stderr, "FAIL rank %d: kt_comm_split: %s: %s\n", wrank, kt_strerror(rc), kt_last_error());
       return 1;
     }
-    if (wrank == drop) {
+    if (out) {
       printf("coll_test: rank %d left out of the tested communicator\n", wrank);
       return kt_comm_destroy(world) == KT_SUCCESS ? 0 : 1;
     }

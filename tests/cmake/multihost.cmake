@@ -14,6 +14,16 @@ add_test(NAME multihost.netns.jobs
 set_tests_properties(multihost.netns.jobs PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE
   SKIP_RETURN_CODE 77 LABELS "multihost")
 
+# The hierarchical algorithms of every collective that has one, on nodes of
+# 2+2, 2+2+2, 3+2 and 2+2+1 ranks in scrambled rank orders, and the flat ones
+# forced (KAITIAN_ALGO) on the same nodes.
+if(TARGET coll_test)
+  add_test(NAME multihost.netns.hier
+    COMMAND sh ${KT_MULTIHOST_DIR}/netns.sh ${KT_CLI} hier $<TARGET_FILE:coll_test>)
+  set_tests_properties(multihost.netns.hier PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE
+    SKIP_RETURN_CODE 77 LABELS "multihost")
+endif()
+
 if(TARGET fault_prog)
   add_test(NAME multihost.netns.kill
     COMMAND sh ${KT_MULTIHOST_DIR}/netns.sh ${KT_CLI} kill $<TARGET_FILE:fault_prog>)

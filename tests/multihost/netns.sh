@@ -7,9 +7,10 @@
 # MODE jobs (PROGRAM: coll_test, optional):
 #   1. kaitian bench -c 1 -b 8 -e 1M on 3 nodes, every collective, 0 wrong;
 #   2. coll_test on 3 nodes x 2 ranks (--quick) and on 2 nodes x 2 ranks (every
-#      case of allreduce, reduce_scatter, allgather(v)), where allreduce runs
-#      the hierarchical algorithm (shared memory in each node, TCP between
-#      them); again with KAITIAN_TRANSPORT=tcp (TCP only), and on a
+#      case of allreduce, reduce_scatter, allgather(v)), where every
+#      collective that has one runs its hierarchical algorithm (shared memory
+#      in each node, TCP between them; mode hier tests them all); again with
+#      KAITIAN_TRANSPORT=tcp (TCP only), and on a
 #      communicator split off 3 nodes x 2 ranks without rank 5 (nodes of 2,
 #      2 and 1 ranks: the hierarchy with one shard), and every case of
 #      allreduce on nodes of 3 and 2 ranks (the hierarchy with two shards and
@@ -24,11 +25,13 @@
 #   2 nodes x 2 ranks, every rank must get an error naming another rank within
 #   5 s (fault_prog mismatch) when rank 1 allreduces with AVG and the others
 #   with SUM (kind=avg), and when rank 1 calls broadcast while the others call
-#   the hierarchical allreduce, from root 0 (kind=bcast: no message of either
-#   side ever reaches the other; the ranks' status notices must catch it) and
-#   from root 1 (kind=bcastroot1: rank 1's broadcast completes and it waits in
-#   its next op); and, with no mismatch, every operation must succeed when the
-#   ranks are late to it in turn by 2.5 s (fault_prog late).
+#   the hierarchical allreduce, from root 0 (kind=bcast) and from root 1
+#   (kind=bcastroot1: rank 1's broadcast may complete and it waits in its
+#   next op), the broadcast hierarchical (the shared-memory phases catch it)
+#   and forced flat (binomial: no message of either side ever reaches the
+#   other; the ranks' status notices must catch it); and, with no mismatch,
+#   every operation must succeed when the ranks are late to it in turn by
+#   2.5 s (fault_prog late).
 # MODE hetero (PROGRAM: tests/python/test_hetero.py; needs $PYTHON with torch
 #   and torch_kaitian importable): heterogeneous data parallelism across hosts,
 #   nodes of 3 and 2 ranks (each node its own plan, --devices cpu:3 / cpu:2):
@@ -36,18 +39,29 @@
 #   accumulation end with the parameters of one process (float64, 1e-10),
 #   over kaitian (hierarchical) and gloo; and test_zero.py check on 2 nodes x
 #   2 ranks, where shard_group='node' shards inside each node.
+# MODE hier (PROGRAM: coll_test): the hierarchical algorithms of allreduce,
+#   broadcast, reduce, allgather(v), reduce_scatter and barrier against
+#   coll_test's reference, on nodes of 2+2, 2+2+2, 3+2 and 2+2+1 ranks, each
+#   time on a communicator whose ranks of one node are not consecutive and
+#   whose cross-node groups are not in node order (coll_test --order), any
+#   root (0 and size-1: a node's extra rank, or a rank alone on its node):
+#   with the tuner's picks, where rank 0's INFO log must show each of them
+#   run 'hierarchical' (on 3+2 also with tiny shared-memory regions, ring
+#   segments and chunks), and with the flat TCP algorithms forced through
+#   KAITIAN_ALGO, where it must show the forced ones and no hierarchical one.
 # After each job no process may remain in any node. Namespaces, bridge and
 # veths are always removed (trap EXIT); the test checks that none is left.
 # Needs root; exits 77 (skipped) only where `ip netns add` fails.
 # Args: KAITIAN_CLI MODE [PROGRAM]
 set -u
-KT=${1:?usage: $0 KAITIAN_CLI jobs|kill|hetero [PROGRAM]}
-MODE=${2:?usage: $0 KAITIAN_CLI jobs|kill|hetero [PROGRAM]}
+KT=${1:?usage: $0 KAITIAN_CLI jobs|kill|hetero|hier [PROGRAM]}
+MODE=${2:?usage: $0 KAITIAN_CLI jobs|kill|hetero|hier [PROGRAM]}
 PROG=${3:-}
 case "$MODE" in
   jobs) COLL=$PROG ;;
   kill) FAULT=$PROG; [ -x "$FAULT" ] || { echo "FAIL: mode kill needs fault_prog, got '$FAULT'" >&2; exit 1; } ;;
   hetero) HETERO=$PROG; [ -f "$HETERO" ] || { echo "FAIL: mode hetero needs test_hetero.py, got '$HETERO'" >&2; exit 1; } ;;
+  hier) COLL=$PROG; [ -x "$COLL" ] || { echo "FAIL: mode hier needs coll_test, got '$COLL'" >&2; exit 1; } ;;
   *) echo "FAIL: unknown mode '$MODE'" >&2; exit 1 ;;
 esac
 [ -x "$KT" ] || { echo "FAIL: $KT is not executable" >&2; exit 1; }
@@ -316,14 +330,21 @@ if [ "$MODE" = kill ]; then
   echo "kill: every launcher exited non-zero ($RC_0 $RC_1 $RC_2), survivors named rank 5"
 
   # fault_prog checks it: every rank gets an error naming another rank within 5 s.
-  for kind in avg bcast bcastroot1; do
+  # The broadcasts run hierarchical (the shared-memory phases' signatures
+  # catch them) and flat (binomial over TCP: no message of either side
+  # reaches the other; the status notices must).
+  for kind in avg bcast bcastroot1 bcast.flat bcastroot1.flat; do
     case $kind in
       avg) what="rank 1 allreduces with AVG, the others with SUM" ;;
-      bcast) what="rank 1 broadcasts from root 0, the others allreduce" ;;
-      bcastroot1) what="rank 1 broadcasts from root 1, the others allreduce" ;;
+      bcastroot1*) what="rank 1 broadcasts from root 1, the others allreduce" ;;
+      bcast*) what="rank 1 broadcasts from root 0, the others allreduce" ;;
+    esac
+    case $kind in
+      *.flat) algo=KAITIAN_ALGO=broadcast=binomial what="$what (flat broadcast)" ;;
+      *) algo=KAITIAN_ALGO= ;;
     esac
     step "mismatch: $what, 2 nodes x 2 ranks (hierarchical allreduce)"
-    run_ok "mismatch_$kind" 2 KAITIAN_TIMEOUT=60000 -- "$FAULT" mismatch "kind=$kind"
+    run_ok "mismatch_$kind" 2 KAITIAN_TIMEOUT=60000 "$algo" -- "$FAULT" mismatch "kind=${kind%.flat}"
     grep -h "FAULT_ERROR" "$TMP"/mismatch_$kind.*.err | cut -c1-300
   done
   step "late: the same operations, each rank 2.5 s late to one, 2 nodes x 2 ranks"
@@ -356,6 +377,94 @@ if [ "$MODE" = hetero ]; then
   grep -q "shard_group='node'.*shards of 2, node-local" "$TMP/zero.0.out" ||
     fail "zero: shard_group='node' did not shard inside each node"
   grep -h "PASS zero check" "$TMP/zero.0.out" || fail "zero: rank 0 did not pass"
+fi
+
+if [ "$MODE" = hier ]; then
+  HIER_COLLS="allreduce broadcast reduce allgather allgatherv reduce_scatter barrier"
+  ALL_HIER=allreduce,broadcast,reduce,allgather,allgatherv,reduce_scatter,barrier,mixed
+  # Rank 0 of the tested communicator is the launched rank $order's first
+  # (never 0 below, so its lines "rank 0/N" cannot be the launched
+  # communicator's, whose split is an allgather too).
+  # passed_and_ran NAME ORDER SIZE COLL=ALGO...: that rank reported PASSED,
+  # and its INFO log says that each COLL ran ALGO on the tested communicator.
+  passed_and_ran() {
+    name=$1 first=${2%%,*} size=$3
+    shift 3
+    cat "$TMP/$name".*.out | grep "^\[$first\] coll_test: "
+    cat "$TMP/$name".*.out | grep -q "^\[$first\] coll_test: PASSED" ||
+      fail "$name: rank 0 of the tested communicator (launched rank $first) did not report PASSED"
+    for ca in "$@"; do
+      cat "$TMP/$name".*.err | grep -q "^\[$first\] .* KAITIAN INFO .* rank 0/$size: ${ca%%=*} runs algorithm ${ca#*=} " ||
+        fail "$name: the log of launched rank $first does not show ${ca%%=*} running ${ca#*=} on the $size ranks"
+    done
+  }
+  # hier_job NAME NNODES ORDER SIZE COLLS [--quick]: coll_test --coll COLLS
+  # (all: every collective) with the tuner's picks (and the variables in
+  # $HIER_ENV); each of HIER_COLLS that COLLS names must run hierarchical.
+  hier_job() {
+    name=$1 nn=$2 order=$3 size=$4 colls=$5
+    shift 5
+    [ "$colls" = all ] || set -- --coll "$colls" "$@"
+    # shellcheck disable=SC2086
+    run_ok "$name" "$nn" KAITIAN_TIMEOUT=120000 KAITIAN_DEBUG=INFO ${HIER_ENV:-} -- "$COLL" --order "$order" "$@"
+    set --
+    for c in $HIER_COLLS; do
+      case ",$colls," in *",$c,"*|,all,) set -- "$@" "$c=hierarchical" ;; esac
+    done
+    passed_and_ran "$name" "$order" "$size" "$@"
+  }
+  # flat_job NAME NNODES ORDER SIZE KAITIAN_ALGO COLL=ALGO... -- COLL_TEST_ARGS...:
+  # the forced algorithms run, and nothing hierarchical on any rank.
+  flat_job() {
+    name=$1 nn=$2 order=$3 size=$4 algo=$5
+    shift 5
+    expect=""
+    while [ "$1" != "--" ]; do expect="$expect $1"; shift; done
+    shift
+    run_ok "$name" "$nn" KAITIAN_TIMEOUT=120000 KAITIAN_DEBUG=INFO "KAITIAN_ALGO=$algo" -- "$COLL" --order "$order" "$@"
+    # shellcheck disable=SC2086
+    passed_and_ran "$name" "$order" "$size" $expect
+    ! cat "$TMP/$name".*.err | grep -q "runs algorithm hierarchical" ||
+      fail "$name: a hierarchical algorithm ran although KAITIAN_ALGO=$algo forces flat ones"
+  }
+
+  # Every case (blocking and not, every dtype x op x count) where the layout
+  # matters most, --quick (every dtype and op) elsewhere; allreduce's every
+  # case runs in mode jobs (2b, 2e).
+  FULL=broadcast,allgather,allgatherv,reduce_scatter,barrier,mixed
+  step "hier 1. 2+2 ranks as 2,0,1,3 (each node's ranks apart, cross groups in both orders)"
+  hier_job hier22 2 2,0,1,3 4 $FULL
+  hier_job hier22q 2 2,0,1,3 4 allreduce,reduce --quick
+  step "hier 2. 2+2+2 ranks as 5,0,3,1,4,2 (--quick, every collective)"
+  hier_job hier222 3 5,0,3,1,4,2 6 all --quick
+  step "hier 3. 3+2 ranks as 3,0,4,1,2: 2 shards, root size-1 is the 3-rank node's extra rank"
+  NPROCS="3 2"
+  hier_job hier32 2 3,0,4,1,2 5 broadcast,allgatherv,reduce_scatter
+  hier_job hier32q 2 3,0,4,1,2 5 $ALL_HIER --quick
+  step "hier 3b. the same with small shared-memory regions, ring segments and chunks: every phase in many pieces"
+  HIER_ENV="KAITIAN_SHM_CHUNK_BYTES=4160 KAITIAN_RING_SEGMENT_BYTES=20000 KAITIAN_CHUNK_BYTES=1001"
+  hier_job hier32small 2 3,0,4,1,2 5 $ALL_HIER --quick
+  HIER_ENV=""
+  step "hier 4. 2+2+1 ranks as 4,0,2,1,3 (rank 5 left out): 1 shard, root 0 alone on its node"
+  NPROCS=""
+  hier_job hier221 3 4,0,2,1,3 5 $ALL_HIER --quick
+  cat "$TMP"/hier221.*.err | grep -q '^\[4\] .*3 hosts with 1 to 2 ranks' ||
+    fail "hier221: the tested communicator is not the 2+2+1 hierarchy"
+
+  step "hier 5. flat algorithms forced (KAITIAN_ALGO), 3+2, 2+2 and 2+2+2 ranks"
+  NPROCS="3 2"
+  flat_job flat32 2 3,0,4,1,2 5 ring,broadcast=pipeline,reduce=binomial,barrier=dissemination \
+    allreduce=ring broadcast=pipeline reduce=binomial allgather=ring allgatherv=ring reduce_scatter=ring \
+    barrier=dissemination -- --coll $ALL_HIER --quick
+  NPROCS=""
+  FLAT=allreduce=recursive_doubling,broadcast=binomial,reduce=binomial,allgather=ring,allgatherv=ring
+  FLAT=$FLAT,reduce_scatter=ring,barrier=dissemination
+  flat_job flat22 2 2,0,1,3 4 "$FLAT" \
+    allreduce=recursive_doubling broadcast=binomial reduce=binomial allgather=ring allgatherv=ring \
+    reduce_scatter=ring barrier=dissemination -- --coll $ALL_HIER --quick
+  flat_job flat222 3 5,0,3,1,4,2 6 "$FLAT" \
+    allreduce=recursive_doubling broadcast=binomial reduce=binomial allgather=ring allgatherv=ring \
+    reduce_scatter=ring barrier=dissemination -- --coll $ALL_HIER --quick
 fi
 
 echo "PASS multihost netns $MODE"
