@@ -329,6 +329,45 @@ if [ "$MODE" = kill ]; then
   check_no_procs kill
   echo "kill: every launcher exited non-zero ($RC_0 $RC_1 $RC_2), survivors named rank 5"
 
+  step "a whole host lost: every process of node 2 (launcher and ranks 4, 5) SIGKILLed mid-allreduce"
+  new_secret
+  mkdir -p "$TMP/host"
+  for k in 0 1 2; do
+    start_node $k 3 host KAITIAN_TIMEOUT=60000 -- "$FAULT" killloop "dir=$TMP/host" count=1048576
+  done
+  i=0
+  while [ "$(cat "$TMP"/host.*.out 2>/dev/null | grep -c FAULT_STARTED)" -lt 6 ]; do
+    i=$((i + 1))
+    [ $i -gt 1200 ] && fail "host: the 6 ranks did not all start within 120 s"
+    sleep 0.1
+  done
+  sleep 0.3
+  kill_ms=$(date +%s%3N)
+  for p in $(ip netns pids "$(node_ns 2)"); do kill -9 "$p" 2>/dev/null; done
+  wait_nodes host 2 60
+  done_ms=$(date +%s%3N)
+  for k in 0 1; do
+    eval "rc=\$RC_$k"
+    [ "$rc" != 0 ] || fail "host: the launcher of node $k exited 0 although node 2 was lost"
+  done
+  for r in 0 1 2 3; do
+    line=$(cat "$TMP"/host.*.err | grep -m1 "^\[$r\] FAULT_ERROR ") ||
+      fail "host: rank $r printed no error after node 2 was lost"
+    echo "$line" | grep -Eq 'code=KT_ERR_PEER_FAILED .*rank [45]([^0-9]|$)' ||
+      fail "host: rank $r's error is not a peer failure naming rank 4 or 5: $line"
+    t=$(echo "$line" | sed -n 's/.* t_ms=\([0-9]*\).*/\1/p')
+    [ -n "$t" ] && [ $((t - kill_ms)) -lt 10000 ] ||
+      fail "host: rank $r's error came $((t - kill_ms)) ms after the kill (limit 10 s): $line"
+    echo "  $(echo "$line" | cut -c1-200) (+$((t - kill_ms)) ms)"
+  done
+  grep -q "node 2 (host ktnode2) stopped answering" "$TMP/host.0.err" ||
+    grep -q "node 2 (host [^)]*) stopped answering" "$TMP/host.0.err" ||
+    fail "host: node 0's launcher does not name the lost node 2"
+  grep -h "stopped answering" "$TMP/host.0.err" | head -n 1
+  # Node 2's processes were killed by the test: only nodes 0 and 1 are checked.
+  check_no_procs host
+  echo "host: launchers of nodes 0 and 1 exited $RC_0 and $RC_1 $((done_ms - kill_ms)) ms after the kill; node 0 named node 2"
+
   # fault_prog checks it: every rank gets an error naming another rank within 5 s.
   # The broadcasts run hierarchical (the shared-memory phases' signatures
   # catch them) and flat (binomial over TCP: no message of either side
