@@ -9,6 +9,7 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,9 +259,18 @@ static uint64_t fit_sizes(int fd, int n, size_t *region, size_t *p2p) {
   return avail;
 }
 
+/* Once per job: a job's other communicators (torch makes three per group,
+ * and more per new_group) shrink for the same reason. The warning goes out
+ * once per process, from the job's rank 0 (RANK, else any process); every
+ * other shrink is logged at INFO. */
+static _Atomic int shrink_warned;
+
 static void warn_shrunk(const struct kt_comm_s *c, uint64_t avail, size_t region, size_t region0, size_t p2p,
                         size_t p2p0, int n) {
   if (region == region0 && p2p == p2p0) return;
+  const char *job_rank = getenv("RANK");
+  bool job_rank0 = !job_rank || !*job_rank || !strcmp(job_rank, "0");
+  int level = job_rank0 && atomic_exchange(&shrink_warned, 1) == 0 ? KT_LOG_WARN : KT_LOG_INFO;
   char what[256] = "";
   int k = 0;
   if (region != region0)
@@ -269,10 +279,11 @@ static void warn_shrunk(const struct kt_comm_s *c, uint64_t avail, size_t region
   if (p2p != p2p0 && k >= 0 && (size_t)k < sizeof what)
     snprintf(what + k, sizeof what - (size_t)k, "%spoint-to-point rings of %zu KiB instead of %zu KiB "
              "(KAITIAN_SHM_P2P_BYTES)", k ? " and " : "", p2p >> 10, p2p0 >> 10);
-  KT_WARN("rank %d: /dev/shm has %.1f MiB free, too little for the shared memory of %d ranks with the default "
-          "sizes: %s; large messages move in smaller pieces. Give /dev/shm more room (docker run --shm-size, a "
-          "Kubernetes emptyDir with medium Memory), or set the sizes with those variables",
-          c->rank, (double)avail / (1 << 20), n, what);
+  KT_LOG_AT(level,
+            "rank %d: /dev/shm has %.1f MiB free, too little for the shared memory of %d ranks with the default "
+            "sizes: %s; large messages move in smaller pieces. Give /dev/shm more room (docker run --shm-size, a "
+            "Kubernetes emptyDir with medium Memory), or set the sizes with those variables",
+            c->rank, (double)avail / (1 << 20), n, what);
 }
 
 kt_result kt__shm_setup(struct kt_comm_s *c) {

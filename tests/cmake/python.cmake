@@ -100,3 +100,10 @@ add_test(NAME python_slurm COMMAND ${CMAKE_COMMAND} -E env ${KT_PY_ENV} KT_SLURM
          ${KT_PY_DIR}/test_launch_env.py)
 set_tests_properties(python_slurm PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
                      LABELS "python;no_sanitizer;slurm")
+
+# A torch job with several communicators in a small /dev/shm: one shrink
+# warning for the job (tests/launcher/shm_groups.sh; needs root for the
+# mount namespace, else skipped).
+add_test(NAME python_shm_groups COMMAND ${CMAKE_COMMAND} -E env ${KT_PY_ENV}
+         sh ${KT_TEST_DIR}/launcher/shm_groups.sh ${KT_CLI})
+set_tests_properties(python_shm_groups PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS "python;no_sanitizer")
