@@ -18,7 +18,7 @@ PYTHON ?= /usr/bin/python3
 # The PyTorch side runs from the source tree with this build's library.
 KT_PY_ENV = KAITIAN_LIBRARY=$(abspath $(BUILD))/libkaitian.so PYTHONPATH=$(CURDIR)/python PYTHON=$(PYTHON)
 
-.PHONY: all build demo demo-bench test test-release test-asan tsan install deps clean help conformance
+.PHONY: all build demo demo-bench test test-release test-asan tsan install deps clean help conformance fuzz
 
 all: build
 
@@ -28,6 +28,7 @@ help:
 	@echo "make conformance  torch's own distributed test suite, gloo vs kaitian, 2 and 3 ranks (~6 min)"
 	@echo "make test     install missing packages, build, run the suite (release, then ASan+UBSan)"
 	@echo "make tsan     run the suite under ThreadSanitizer"
+	@echo "make fuzz     every libFuzzer harness for FUZZ_SECONDS (default 600) each (tests/fuzz/)"
 	@echo "make install  install to PREFIX=$(PREFIX) (library, header, kaitian, pkg-config, CMake package,"
 	@echo "              Python package torch_kaitian)"
 
@@ -67,6 +68,18 @@ test-asan: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest $(CTEST_FLAGS) -j 1 -LE no_sanitizer
+
+# The fuzzing campaign: each harness of tests/fuzz/ for FUZZ_SECONDS, over its
+# seed corpus and regression inputs; a crash input is kept in build/fuzz/findings.
+FUZZ_SECONDS ?= 600
+fuzz: build
+	@mkdir -p $(BUILD)/fuzz/findings; status=0; \
+	for h in $(BUILD)/fuzz/fuzz_*; do \
+	  [ -x "$$h" ] || continue; n=$${h##*/fuzz_}; echo "== $$n, $(FUZZ_SECONDS) s"; \
+	  KT_FUZZ_KEEP=$(abspath $(BUILD))/fuzz/findings sh tests/fuzz/run.sh "$$h" tests/fuzz/corpus/$$n \
+	    tests/fuzz/regress/$$n $(FUZZ_SECONDS) || status=1; \
+	done; [ -n "$$(ls $(BUILD)/fuzz/fuzz_* 2>/dev/null)" ] || { echo "no harness built (needs clang with libFuzzer)"; exit 1; }; \
+	exit $$status
 
 tsan: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKT_SANITIZE_THREAD=ON

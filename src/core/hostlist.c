@@ -224,7 +224,7 @@ kt_result kt__tasks_per_node(const char *spec, int node, int *tasks, int *nnodes
     char *end;
     long t = strtol(p, &end, 10);
     long rep = 1;
-    if (end == p || t < 0 || t > 1 << 20 || *p == '-' || *p == '+' || *p == ' ') goto bad;
+    if (end == p || t < 1 || t > 1 << 20 || *p == '-' || *p == '+' || *p == ' ') goto bad; /* every node has a task */
     p = end;
     if (*p == '(') {
       if (p[1] != 'x') goto bad;

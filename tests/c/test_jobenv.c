@@ -117,7 +117,7 @@ static void test_tasks_per_node(void) {
     CHECK(r == KT_SUCCESS && t == cases[i].tasks && n == cases[i].nnodes && total == cases[i].total,
           "'%s' node %d: %d tasks of %d nodes, %ld in all (r %d)", cases[i].spec, cases[i].node, t, n, total, (int)r);
   }
-  static const char *const bads[] = {"", "x", "2(x)", "2(3)", "2(x3", "2(x0)", "-1", "1,", ",1", "2(x3)4", "1 ,2"};
+  static const char *const bads[] = {"", "x", "2(x)", "2(3)", "2(x3", "2(x0)", "-1", "1,", ",1", "2(x3)4", "1 ,2", "0(x2)", "1,0"};
   for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++)
     CHECK(kt__tasks_per_node(bads[i], 0, NULL, NULL, NULL) == KT_ERR_INVALID_ARGUMENT, "'%s' accepted", bads[i]);
 }
