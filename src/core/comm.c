@@ -319,16 +319,14 @@ kt_result kt_comm_init_env(kt_comm *comm) {
     char secret[KT_STORE_MAX_SECRET + 1];
     KT_CHECK(kt__job_secret(&job, secret, sizeof secret));
     const char *host = job.store_host;
-    bool loop = !strcmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "::1");
     if (job.serve_store && job.rank == 0) {
-      const char *bind_host = loop ? host : strchr(host, ':') ? "::" : "0.0.0.0";
-      r = kt_store_server_start(bind_host, job.store_port, secret, &server);
+      r = kt_store_server_start(kt__store_listen_host(host), job.store_port, secret, &server);
       if (r != KT_SUCCESS) {
         kt__error_prefix("rank 0: cannot serve the rendezvous store at %s:%d (from %s; set MASTER_PORT to a free "
                          "port): ", host, job.store_port, job.source);
         goto exit;
       }
-      if (!loop) host = strchr(host, ':') ? "::1" : "127.0.0.1"; /* our own store */
+      host = kt__store_self_host(host); /* our own store */
     }
     KT_INFO("rank %d: job of %d ranks from %s%s%s, store at %s:%d%s", job.rank, job.size, job.source,
             job.job_id[0] ? " " : "", job.job_id, job.store_host, job.store_port,

@@ -108,6 +108,19 @@ KT_INTERNAL int64_t kt__now_ns(void);
 KT_INTERNAL void kt__copy_shared(void *dst, const void *src, size_t n);
 static inline int64_t kt__now_ms(void) { return kt__now_ns() / 1000000; }
 
+/* FNV-1a 64: fold len bytes into h (start from KT_FNV1A_BASIS). For names
+ * and ids, not for secrets' protection. */
+#define KT_FNV1A_BASIS 1469598103934665603ULL
+static inline uint64_t kt__fnv1a(uint64_t h, const void *data, size_t len) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 1099511628211ULL;
+  return h;
+}
+static inline uint64_t kt__fnv1a_str(uint64_t h, const char *s) {
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+  return h;
+}
+
 /* ---- misc -------------------------------------------------------------- */
 
 /* n * size without overflow; false on overflow. */

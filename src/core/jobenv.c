@@ -62,15 +62,8 @@ static kt_result get_int(const char *src, const char *name, const char *val, lon
   return KT_SUCCESS;
 }
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t len) {
-  const unsigned char *p = data;
-  for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 1099511628211ULL;
-  return h;
-}
-
 static int derived_port(const char *job_id) {
-  uint64_t h = fnv1a(1469598103934665603ULL, "kaitian-port:", 13);
-  h = fnv1a(h, job_id, strlen(job_id));
+  uint64_t h = kt__fnv1a_str(kt__fnv1a_str(KT_FNV1A_BASIS, "kaitian-port:"), job_id);
   return PORT_BASE + (int)(h % PORT_SPAN);
 }
 
@@ -378,13 +371,13 @@ kt_result kt__job_secret(const kt_job *job, char *out, size_t cap) {
   size_t klen;
   KT_CHECK(read_key(key, sizeof key, &klen));
   unsigned uid = (unsigned)geteuid();
-  uint64_t h[2] = {1469598103934665603ULL, 0x9e3779b97f4a7c15ULL};
+  uint64_t h[2] = {KT_FNV1A_BASIS, 0x9e3779b97f4a7c15ULL};
   for (int k = 0; k < 2; k++) {
-    h[k] = fnv1a(h[k], "kaitian-secret:", 15);
-    h[k] = fnv1a(h[k], &k, sizeof k);
-    h[k] = fnv1a(h[k], key, klen);
-    h[k] = fnv1a(h[k], &uid, sizeof uid);
-    h[k] = fnv1a(h[k], job->job_id, strlen(job->job_id));
+    h[k] = kt__fnv1a_str(h[k], "kaitian-secret:");
+    h[k] = kt__fnv1a(h[k], &k, sizeof k);
+    h[k] = kt__fnv1a(h[k], key, klen);
+    h[k] = kt__fnv1a(h[k], &uid, sizeof uid);
+    h[k] = kt__fnv1a_str(h[k], job->job_id);
   }
   volatile unsigned char *p = key; /* do not leave the key on the stack */
   for (size_t i = 0; i < sizeof key; i++) p[i] = 0;

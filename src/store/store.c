@@ -192,3 +192,15 @@ kt_result kt__parse_hostport(const char *addr, char *host, size_t hostcap, int *
   *port = (int)p;
   return KT_SUCCESS;
 }
+
+bool kt__is_loopback(const char *host) {
+  return !strcmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "::1");
+}
+
+const char *kt__store_listen_host(const char *host) {
+  return kt__is_loopback(host) ? host : strchr(host, ':') ? "::" : "0.0.0.0";
+}
+
+const char *kt__store_self_host(const char *host) {
+  return kt__is_loopback(host) ? host : strchr(host, ':') ? "::1" : "127.0.0.1";
+}

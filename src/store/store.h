@@ -23,4 +23,12 @@ KT_INTERNAL kt_result kt__store_get_alloc(kt_store s, const char *key, void **va
  * hostcap bytes including NUL. */
 KT_INTERNAL kt_result kt__parse_hostport(const char *addr, char *host, size_t hostcap, int *port);
 
+/* A store served for clients that reach it as `host`: the address its server
+ * listens on (host itself when it is a loopback name, else every address of
+ * host's family), and the one its own host connects to (loopback: `host` may
+ * not be routable from the host itself, e.g. behind NAT). */
+KT_INTERNAL bool kt__is_loopback(const char *host);
+KT_INTERNAL const char *kt__store_listen_host(const char *host);
+KT_INTERNAL const char *kt__store_self_host(const char *host);
+
 #endif /* KT_STORE_H */

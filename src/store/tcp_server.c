@@ -35,11 +35,7 @@ typedef struct table {
   size_t count;
 } table;
 
-static uint64_t hash_key(const char *k) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *k; k++) h = (h ^ (unsigned char)*k) * 1099511628211ull;
-  return h;
-}
+static uint64_t hash_key(const char *k) { return kt__fnv1a_str(KT_FNV1A_BASIS, k); }
 
 static entry **table_slot(table *t, const char *key, uint64_t h) {
   entry **p = &t->buckets[h & (t->nbuckets - 1)];

@@ -203,8 +203,7 @@ static int local_cpus(void *base, int n) {
 }
 
 static void segment_name(const struct kt_comm_s *c, char *buf, size_t cap) {
-  uint64_t h = 1469598103934665603ull;
-  for (const char *p = c->prefix; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  uint64_t h = kt__fnv1a_str(KT_FNV1A_BASIS, c->prefix);
   const char *job = kt__param_JOB_ID();
   snprintf(buf, cap, "/kaitian-%.40s-%016llx-%d", job[0] ? job : "nojob", (unsigned long long)h,
            c->peer_pid[0]);

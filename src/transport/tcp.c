@@ -526,12 +526,6 @@ void kt__tcp_reset_queues(struct kt_comm_s *c) {
 
 /* ---- connection setup --------------------------------------------------- */
 
-static uint64_t fnv1a(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
 static int set_nonblock(int fd) {
   int fl = fcntl(fd, F_GETFL);
   return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
@@ -671,7 +665,7 @@ kt_result kt__tcp_create(struct kt_comm_s *c, int listen_fd) {
   }
   t->nranks = c->size;
   t->listen_fd = listen_fd;
-  t->token = fnv1a(c->prefix);
+  t->token = kt__fnv1a_str(KT_FNV1A_BASIS, c->prefix);
   t->peers = kt__calloc((size_t)c->size, sizeof *t->peers);
   t->pfds = kt__calloc(2 * (size_t)c->size + 1, sizeof *t->pfds);
   t->pfd_peer = kt__calloc(2 * (size_t)c->size + 1, sizeof *t->pfd_peer);

@@ -349,14 +349,27 @@ slurm_down() {
   unset SLURM_CONF
 }
 
-# srun_job NAME ARGS...: srun ARGS, stdout/stderr in $TMP/NAME.out/.err.
+# capture NAME VAR=VALUE... -- COMMAND ARGS...: COMMAND under $JOB_LIMIT,
+# with the marker and the variables in its environment, stdout/stderr in
+# $TMP/NAME.out/.err (a note there when it timed out); its exit status.
+capture() {
+  cp_name=$1
+  shift
+  cp_env=""
+  while [ "$1" != "--" ]; do cp_env="$cp_env $1"; shift; done
+  shift
+  # shellcheck disable=SC2086
+  env "$SMARK" $cp_env timeout -k 5 "$JOB_LIMIT" "$@" >"$TMP/$cp_name.out" 2>"$TMP/$cp_name.err" </dev/null
+  cp_rc=$?
+  [ $cp_rc = 124 ] && echo "note: $* timed out after $JOB_LIMIT s" >>"$TMP/$cp_name.err"
+  return $cp_rc
+}
+
+# srun_job NAME ARGS...: srun ARGS.
 srun_job() {
   sj_name=$1
   shift
-  env "$SMARK" timeout -k 5 "$JOB_LIMIT" srun "$@" >"$TMP/$sj_name.out" 2>"$TMP/$sj_name.err" </dev/null
-  sj_rc=$?
-  [ $sj_rc = 124 ] && echo "note: srun $* timed out after $JOB_LIMIT s" >>"$TMP/$sj_name.err"
-  return $sj_rc
+  capture "$sj_name" -- srun "$@"
 }
 
 # ompi_job NAME NP ARGS...: Open MPI's mpirun, as root, oversubscribed, on
@@ -365,13 +378,9 @@ ompi_job() {
   oj_name=$1 oj_np=$2
   shift 2
   mkdir -p "$TMP/mpitmp"
-  env "$SMARK" TMPDIR="$TMP/mpitmp" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    timeout -k 5 "$JOB_LIMIT" mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none \
-    --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -np "$oj_np" "$@" \
-    >"$TMP/$oj_name.out" 2>"$TMP/$oj_name.err" </dev/null
-  oj_rc=$?
-  [ $oj_rc = 124 ] && echo "note: mpirun.openmpi -np $oj_np $* timed out after $JOB_LIMIT s" >>"$TMP/$oj_name.err"
-  return $oj_rc
+  capture "$oj_name" TMPDIR="$TMP/mpitmp" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 -- \
+    mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none \
+    --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -np "$oj_np" "$@"
 }
 
 # mpich_job NAME NP ARGS...: MPICH's mpirun (hydra), forking the ranks here
@@ -380,12 +389,7 @@ mpich_job() {
   mj_name=$1 mj_np=$2
   shift 2
   mkdir -p "$TMP/mpitmp"
-  env "$SMARK" TMPDIR="$TMP/mpitmp" timeout -k 5 "$JOB_LIMIT" \
-    mpirun.mpich -launcher fork -iface lo -np "$mj_np" "$@" \
-    >"$TMP/$mj_name.out" 2>"$TMP/$mj_name.err" </dev/null
-  mj_rc=$?
-  [ $mj_rc = 124 ] && echo "note: mpirun.mpich -np $mj_np $* timed out after $JOB_LIMIT s" >>"$TMP/$mj_name.err"
-  return $mj_rc
+  capture "$mj_name" TMPDIR="$TMP/mpitmp" -- mpirun.mpich -launcher fork -iface lo -np "$mj_np" "$@"
 }
 
 [ "${KT_SLURM_LIB:-0}" = 1 ] && return 0
@@ -545,8 +549,7 @@ alloc_shape() {
 salloc_job() {
   sa_name=$1
   shift
-  env "$SMARK" TMPDIR="$TMP/mpitmp" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    timeout -k 5 "$JOB_LIMIT" salloc "$@" >"$TMP/$sa_name.out" 2>"$TMP/$sa_name.err" </dev/null
+  capture "$sa_name" TMPDIR="$TMP/mpitmp" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 -- salloc "$@"
 }
 
 # sbatch_job NAME SBATCH_ARGS... -- SCRIPT LINES...: a batch job (sbatch -W)

@@ -292,18 +292,22 @@ echo "badif: launchers exited $RC_0 and $RC_1 in $(( $(date +%s) - t0 )) s"
 fi
 
 if [ "$MODE" = kill ]; then
+  # wait_started NAME N: N ranks of job NAME have printed FAULT_STARTED (120 s).
+  wait_started() {
+    i=0
+    while [ "$(cat "$TMP"/$1.*.out 2>/dev/null | grep -c FAULT_STARTED)" -lt "$2" ]; do
+      i=$((i + 1))
+      [ $i -gt 1200 ] && fail "$1: the $2 ranks did not all start within 120 s"
+      sleep 0.1
+    done
+  }
   step "SIGKILL of a rank of node 2 in the middle of allreduces"
   new_secret
   mkdir -p "$TMP/kill"
   for k in 0 1 2; do
     start_node $k 3 kill KAITIAN_TIMEOUT=60000 -- "$FAULT" killloop "dir=$TMP/kill" count=1048576
   done
-  i=0
-  while [ "$(cat "$TMP"/kill.*.out 2>/dev/null | grep -c FAULT_STARTED)" -lt 6 ]; do
-    i=$((i + 1))
-    [ $i -gt 1200 ] && fail "kill: the 6 ranks did not all start within 120 s"
-    sleep 0.1
-  done
+  wait_started kill 6
   vpid=$(cat "$TMP/kill/pid.5")
   sleep 0.3
   kill_s=$(date +%s)
@@ -335,12 +339,7 @@ if [ "$MODE" = kill ]; then
   for k in 0 1 2; do
     start_node $k 3 host KAITIAN_TIMEOUT=60000 -- "$FAULT" killloop "dir=$TMP/host" count=1048576
   done
-  i=0
-  while [ "$(cat "$TMP"/host.*.out 2>/dev/null | grep -c FAULT_STARTED)" -lt 6 ]; do
-    i=$((i + 1))
-    [ $i -gt 1200 ] && fail "host: the 6 ranks did not all start within 120 s"
-    sleep 0.1
-  done
+  wait_started host 6
   sleep 0.3
   kill_ms=$(date +%s%3N)
   for p in $(ip netns pids "$(node_ns 2)"); do kill -9 "$p" 2>/dev/null; done

@@ -344,10 +344,7 @@ static kt_result random_hex(char *out, size_t nbytes) {
  * secret (FNV-1a 64 of a domain tag and the secret; not reversible in
  * practice for a random secret, and never the secret itself). */
 static void job_id_from_secret(const char *secret, char out[17]) {
-  uint64_t h = 1469598103934665603ULL;
-  const char *tag = "kaitian-job-id:";
-  for (const char *p = tag; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-  for (const char *p = secret; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+  uint64_t h = kt__fnv1a_str(kt__fnv1a_str(KT_FNV1A_BASIS, "kaitian-job-id:"), secret);
   snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
 
@@ -367,10 +364,6 @@ static kt_result free_port(int *port) {
   *port = ntohs(a.sin_port);
   close(fd);
   return KT_SUCCESS;
-}
-
-static bool is_loopback(const char *host) {
-  return !strcmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "::1");
 }
 
 /* ---- environment -------------------------------------------------------- */
@@ -845,8 +838,7 @@ static int setup_job(run_state *s, job_env *je, kt_store_server *srv) {
   const char *bind_host = "127.0.0.1";
   int port = 0;
   if (o->master) {
-    bind_host = is_loopback(o->master_host) ? o->master_host
-                : strchr(o->master_host, ':') ? "::" : "0.0.0.0";
+    bind_host = kt__store_listen_host(o->master_host);
     port = o->master_port;
     snprintf(je->master_addr, sizeof je->master_addr, "%s", o->master_host);
     je->master_port = o->master_port + 1;
@@ -872,9 +864,7 @@ static int setup_job(run_state *s, job_env *je, kt_store_server *srv) {
     s->node.nproc = o->nproc;
     /* Node 0 reaches its own store over loopback (HOST may be an address
      * that is not routable from the host itself, e.g. behind NAT). */
-    const char *connect_host = o->master_host;
-    if (o->node_rank == 0 && !is_loopback(o->master_host))
-      connect_host = strchr(o->master_host, ':') ? "::1" : "127.0.0.1";
+    const char *connect_host = o->node_rank == 0 ? kt__store_self_host(o->master_host) : o->master_host;
     if (kt__run_node_join(&s->node, connect_host, o->master_port, je->secret) != KT_SUCCESS) {
       kt__run_say(2, "kaitian run: %s", kt_last_error());
       return s->node.interrupted_by ? 128 + s->node.interrupted_by : 1;
