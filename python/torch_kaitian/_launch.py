@@ -31,6 +31,11 @@ class _Job(ctypes.Structure):
                 ("job_id", ctypes.c_char * 96)]
 
 
+# Declared once, as _lib declares the rest of the C API.
+_job_from_env = (_lib._decl("kt_job_from_env", ctypes.c_int, ctypes.POINTER(_Job))
+                 if hasattr(_lib.lib, "kt_job_from_env") else None)
+
+
 def job_from_env():
     """The job's shape as the environment describes it: a dict with rank,
     size, local_rank, local_size, node_rank, nnodes (-1 where the source does
@@ -39,13 +44,10 @@ def job_from_env():
     variables when the environment is half set or inconsistent."""
     if _filled is not None and os.environ.get("RANK") == str(_filled["rank"]):
         return dict(_filled)  # what the variables we filled came from
-    fn = getattr(_lib.lib, "kt_job_from_env", None)
-    if fn is None:
+    if _job_from_env is None:
         raise RuntimeError(f"{_lib.path} predates kt_job_from_env; rebuild libkaitian")
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.POINTER(_Job)]
     job = _Job()
-    if fn(ctypes.byref(job)) != 0:
+    if _job_from_env(ctypes.byref(job)) != 0:
         raise ValueError(_lib.last_error())
     out = {name: getattr(job, name) for name, _ in _Job._fields_}
     for key in ("store_host", "source", "job_id"):
