@@ -271,7 +271,7 @@ static kt_result connect_through_store(struct kt_comm_s *c, kt_store store) {
   kt__tcp_addr me, *all = NULL;
   int lfd = -1;
   char key[320];
-  KT_CHECK(kt__tcp_listen(c->rank, &me, &lfd));
+  KT_CHECK(kt__tcp_listen(c->rank, c->size, &me, &lfd));
   KT_CHECK(kt__tcp_create(c, lfd)); /* owns lfd from here */
   all = kt__calloc((size_t)c->size, sizeof *all); /* freed at exit */
   if (!all) return KT_ERR_NO_MEMORY;
@@ -386,7 +386,7 @@ kt_result kt_comm_split(kt_comm comm, int color, int key, kt_comm *newcomm) {
   mine.rank = comm->rank;
   int lfd = -1;
   struct kt_comm_s *c = NULL;
-  if (color != KT_SPLIT_NOCOLOR) KT_CHECK_GOTO(kt__tcp_listen(comm->rank, &mine.addr, &lfd), res, exit);
+  if (color != KT_SPLIT_NOCOLOR) KT_CHECK_GOTO(kt__tcp_listen(comm->rank, comm->size, &mine.addr, &lfd), res, exit);
   /* Everyone takes part in the exchange, including ranks without a color. */
   KT_CHECK_GOTO(kt_allgather(&mine, recs, sizeof mine, KT_UINT8, comm), res, exit);
   uint64_t seq = ++comm->split_seq;

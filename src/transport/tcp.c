@@ -19,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <dirent.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -47,8 +49,27 @@ struct ctrl_frame {
 #define KT_TCP_CTRL_TEXT 900
 #define KT_TCP_MIN_SOCKBUF 65536
 
+/* A data connection of a peer pair. A message longer than one LANE_UNIT is
+ * striped over the pair's lanes: its units go to lanes 0, 1, ... in turn, and
+ * every lane that carries a part sends the message's header before it. Each
+ * lane streams its share of the posted messages in issue order, independently
+ * of the others; a message is complete when every lane is past it. */
+struct lane {
+  int fd;
+  kt__xfer *scur, *rcur; /* the message this lane sends / receives now; NULL: past all posted */
+  size_t shdr, sdone;    /* header bytes and bytes of its share sent */
+  size_t rhdr, rdone;    /* ... received */
+  unsigned char rhbuf[KT_NET_HDR_BYTES];
+};
+
+#define KT_TCP_MAX_LANES 16
+#define LANE_UNIT ((size_t)65536) /* bytes of a striped message per lane in turn */
+#define LANE_IOV 64               /* units one sendmsg/readv moves at most */
+
 struct peer {
-  int data_fd, ctrl_fd;
+  int nlanes; /* 1 to a rank on this host; else the smaller KAITIAN_NSOCKS of both ends */
+  struct lane lane[KT_TCP_MAX_LANES];
+  int ctrl_fd;
   kt__xfer *sq_head, *sq_tail; /* sends, in issue order */
   kt__xfer *rq_head, *rq_tail; /* receives, in issue order */
   bool said_bye;
@@ -150,6 +171,44 @@ static kt_result peer_lost(kt__exec *ex, int peer, const char *what, int err) {
 
 /* ---- data path ---------------------------------------------------------- */
 
+/* Lanes a message of len bytes travels on: one per unit, at most the pair's. */
+static int lanes_used(const struct peer *p, size_t len) {
+  size_t units = (len + LANE_UNIT - 1) / LANE_UNIT;
+  return (int)KT_MAX((size_t)1, KT_MIN((size_t)p->nlanes, units));
+}
+
+/* Bytes of a len-byte message that lane s carries when n lanes carry it. */
+static size_t lane_share(size_t len, int n, int s) {
+  if (s >= n) return 0;
+  if (n == 1) return len;
+  size_t units = (len + LANE_UNIT - 1) / LANE_UNIT; /* > s, since n <= units */
+  size_t bytes = ((units - 1 - (size_t)s) / (size_t)n + 1) * LANE_UNIT;
+  if ((units - 1) % (size_t)n == (size_t)s) bytes -= units * LANE_UNIT - len; /* has the short last unit */
+  return bytes;
+}
+
+/* Offset in the message of byte d of lane s's share. */
+static size_t lane_offset(int n, int s, size_t d) {
+  if (n == 1) return d;
+  return ((size_t)s + d / LANE_UNIT * (size_t)n) * LANE_UNIT + d % LANE_UNIT;
+}
+
+/* The pieces of lane s's share from byte d on that lie below lim (what the
+ * producer made available, for a send), at most max of them. */
+static int lane_iov(const kt__xfer *x, int n, int s, size_t d, size_t lim, struct iovec *iov, int max) {
+  size_t share = lane_share(x->len, n, s);
+  int k = 0;
+  while (k < max && d < share) {
+    size_t off = lane_offset(n, s, d);
+    if (off >= lim) break;
+    size_t run = n == 1 ? share - d : KT_MIN(LANE_UNIT - d % LANE_UNIT, share - d);
+    run = KT_MIN(run, lim - off);
+    iov[k++] = (struct iovec){x->buf + off, run};
+    d += run;
+  }
+  return k;
+}
+
 kt_result kt__net_post(kt__exec *ex, kt__xfer *x) {
   struct kt__tcp *t = ex->comm->tcp;
   if (x->peer < 0 || x->peer >= t->nranks || x->peer == ex->comm->rank)
@@ -157,54 +216,98 @@ kt_result kt__net_post(kt__exec *ex, kt__xfer *x) {
   struct peer *p = &t->peers[x->peer];
   x->next = NULL;
   x->complete = false;
-  x->hdr_done = 0;
   x->done = 0;
+  x->lanes_left = p->nlanes;
   if (x->is_send) {
     hdr h = op_hdr(ex->op, x->tag, x->len);
     memcpy(x->hdr, &h, sizeof h);
     if (p->sq_tail) p->sq_tail->next = x; else p->sq_head = x;
     p->sq_tail = x;
+    for (int s = 0; s < p->nlanes; s++)
+      if (!p->lane[s].scur) p->lane[s].scur = x;
   } else {
     if (p->rq_tail) p->rq_tail->next = x; else p->rq_head = x;
     p->rq_tail = x;
+    for (int s = 0; s < p->nlanes; s++)
+      if (!p->lane[s].rcur) p->lane[s].rcur = x;
   }
   return KT_SUCCESS;
 }
 
-static kt_result advance_sends(kt__exec *ex, int peer, bool *moved) {
+/* Lane s is past x: x is complete once every lane is. Lanes move in issue
+ * order, so the message completing is always the queue's head. */
+static void lane_passed(kt__xfer **head, kt__xfer **tail, kt__xfer *x) {
+  if (--x->lanes_left > 0) return;
+  x->complete = true;
+  x->done = x->len;
+  *head = x->next;
+  if (!*head) *tail = NULL;
+}
+
+/* Does lane s have bytes of its current send that it could write now? */
+static bool lane_can_send(const struct peer *p, int s) {
+  const struct lane *l = &p->lane[s];
+  const kt__xfer *x = l->scur;
+  if (!x) return false;
+  int n = lanes_used(p, x->len);
+  if (s >= n) return true; /* carries no part: passes it at once */
+  return l->shdr < KT_NET_HDR_BYTES ||
+         (l->sdone < lane_share(x->len, n, s) && lane_offset(n, s, l->sdone) < x->avail);
+}
+
+static kt_result advance_sends(kt__exec *ex, int peer, int s, bool *moved) {
   struct peer *p = &ex->comm->tcp->peers[peer];
+  struct lane *l = &p->lane[s];
   kt__xfer *x;
-  while ((x = p->sq_head) != NULL) {
-    struct iovec iov[2];
-    int n = 0;
-    if (x->hdr_done < sizeof x->hdr)
-      iov[n++] = (struct iovec){x->hdr + x->hdr_done, sizeof x->hdr - x->hdr_done};
-    if (x->avail > x->done) iov[n++] = (struct iovec){x->buf + x->done, x->avail - x->done};
-    if (n > 0) {
-      struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+  while ((x = l->scur) != NULL) {
+    int n = lanes_used(p, x->len);
+    if (s < n && (l->shdr < KT_NET_HDR_BYTES || l->sdone < lane_share(x->len, n, s))) {
+      struct iovec iov[LANE_IOV + 1];
+      int k = 0;
+      if (l->shdr < KT_NET_HDR_BYTES)
+        iov[k++] = (struct iovec){x->hdr + l->shdr, KT_NET_HDR_BYTES - l->shdr};
+      k += lane_iov(x, n, s, l->sdone, x->avail, iov + k, LANE_IOV);
+      if (k == 0) return KT_SUCCESS; /* waiting for the producer */
+      struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
       ssize_t w;
-      KT_SYSCALL_RETRY(w, sendmsg(p->data_fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT));
+      KT_SYSCALL_RETRY(w, sendmsg(l->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT));
       if (w < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return KT_SUCCESS;
         return peer_lost(ex, peer, "sending data", errno);
       }
-      size_t moved_bytes = (size_t)w;
-      size_t h = KT_MIN(moved_bytes, sizeof x->hdr - x->hdr_done);
-      x->hdr_done += h;
-      x->done += moved_bytes - h;
+      size_t h = KT_MIN((size_t)w, KT_NET_HDR_BYTES - l->shdr);
+      l->shdr += h;
+      l->sdone += (size_t)w - h;
+      x->done += (size_t)w - h;
       *moved = true;
+      continue; /* the socket may take more, or the share is done */
     }
-    if (x->hdr_done < sizeof x->hdr || x->done < x->len) {
-      if (x->done < x->avail || x->hdr_done < sizeof x->hdr) continue; /* socket may take more */
-      return KT_SUCCESS;                                               /* waiting for producer */
-    }
-    x->complete = true;
-    p->sq_head = x->next;
-    if (!p->sq_head) p->sq_tail = NULL;
+    l->scur = x->next;
+    l->shdr = l->sdone = 0;
+    lane_passed(&p->sq_head, &p->sq_tail, x);
   }
   return KT_SUCCESS;
 }
 
+/* Bytes of x received from its start without a gap (what a consumer may use). */
+static size_t recv_prefix(const struct peer *p, const kt__xfer *x) {
+  int n = lanes_used(p, x->len);
+  size_t prefix = x->len;
+  for (int s = 0; s < n; s++) {
+    const struct lane *l = &p->lane[s];
+    size_t at;
+    if (l->rcur == x)
+      at = lane_offset(n, s, l->rdone);
+    else { /* before x (nothing of it yet) or past it (all of its share) */
+      bool past = true;
+      for (const kt__xfer *y = l->rcur; y; y = y->next)
+        if (y == x) past = false;
+      at = past ? x->len : lane_offset(n, s, 0);
+    }
+    prefix = KT_MIN(prefix, at);
+  }
+  return prefix;
+}
 static void describe_hdr(const hdr *h, char *buf, size_t cap) {
   int n = snprintf(buf, cap, "op #%llu %s, %llu bytes, tag %u", (unsigned long long)h->seq,
                    coll_name_safe(h->coll), (unsigned long long)h->len, h->tag);
@@ -215,9 +318,9 @@ static void describe_hdr(const hdr *h, char *buf, size_t cap) {
   if (n > 0 && (size_t)n < cap && h->root >= 0) snprintf(buf + n, cap - (size_t)n, ", root %d", h->root);
 }
 
-static kt_result check_header(kt__exec *ex, int peer, kt__xfer *x) {
+static kt_result check_header(kt__exec *ex, int peer, const kt__xfer *x, const unsigned char *raw) {
   hdr got;
-  memcpy(&got, x->hdr, sizeof got);
+  memcpy(&got, raw, sizeof got);
   if (got.magic != HDR_MAGIC)
     return kt__err(KT_ERR_INTERNAL, "corrupt message header from rank %d (magic 0x%x)", peer, got.magic);
   const kt__op *op = ex->op;
@@ -241,34 +344,37 @@ static kt_result check_header(kt__exec *ex, int peer, kt__xfer *x) {
                  who, theirs);
 }
 
-static kt_result advance_recvs(kt__exec *ex, int peer, bool *moved) {
+static kt_result advance_recvs(kt__exec *ex, int peer, int s, bool *moved) {
   struct peer *p = &ex->comm->tcp->peers[peer];
+  struct lane *l = &p->lane[s];
   kt__xfer *x;
-  while ((x = p->rq_head) != NULL) {
-    bool had_hdr = x->hdr_done == sizeof x->hdr;
-    struct iovec iov[2];
-    int n = 0;
-    if (!had_hdr) iov[n++] = (struct iovec){x->hdr + x->hdr_done, sizeof x->hdr - x->hdr_done};
-    if (x->len > x->done) iov[n++] = (struct iovec){x->buf + x->done, x->len - x->done};
-    if (n > 0) {
+  while ((x = l->rcur) != NULL) {
+    int n = lanes_used(p, x->len);
+    if (s < n && (l->rhdr < KT_NET_HDR_BYTES || l->rdone < lane_share(x->len, n, s))) {
+      bool had_hdr = l->rhdr == KT_NET_HDR_BYTES;
+      struct iovec iov[LANE_IOV + 1];
+      int k = 0;
+      if (!had_hdr) iov[k++] = (struct iovec){l->rhbuf + l->rhdr, KT_NET_HDR_BYTES - l->rhdr};
+      k += lane_iov(x, n, s, l->rdone, x->len, iov + k, LANE_IOV);
       ssize_t r;
-      KT_SYSCALL_RETRY(r, readv(p->data_fd, iov, n));
+      KT_SYSCALL_RETRY(r, readv(l->fd, iov, k));
       if (r == 0) return peer_lost(ex, peer, "connection closed while receiving", 0);
       if (r < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return KT_SUCCESS;
         return peer_lost(ex, peer, "receiving data", errno);
       }
-      size_t got = (size_t)r;
-      size_t h = KT_MIN(got, sizeof x->hdr - x->hdr_done);
-      x->hdr_done += h;
-      x->done += got - h;
+      size_t h = KT_MIN((size_t)r, KT_NET_HDR_BYTES - l->rhdr);
+      l->rhdr += h;
+      l->rdone += (size_t)r - h;
       *moved = true;
+      if (!had_hdr && l->rhdr == KT_NET_HDR_BYTES) KT_CHECK(check_header(ex, peer, x, l->rhbuf));
+      x->done = n == 1 ? l->rdone : recv_prefix(p, x);
+      continue;
     }
-    if (!had_hdr && x->hdr_done == sizeof x->hdr) KT_CHECK(check_header(ex, peer, x));
-    if (x->hdr_done < sizeof x->hdr || x->done < x->len) continue;
-    x->complete = true;
-    p->rq_head = x->next;
-    if (!p->rq_head) p->rq_tail = NULL;
+    l->rcur = x->next;
+    l->rhdr = l->rdone = 0;
+    lane_passed(&p->rq_head, &p->rq_tail, x);
+    if (!x->complete && n > 1) x->done = recv_prefix(p, x);
   }
   return KT_SUCCESS;
 }
@@ -393,8 +499,10 @@ kt_result kt__net_progress(kt__exec *ex, bool block) {
   bool moved = false;
   for (int i = 0; i < t->nranks; i++) {
     struct peer *p = &t->peers[i];
-    if (p->sq_head) KT_CHECK(advance_sends(ex, i, &moved));
-    if (p->rq_head) KT_CHECK(advance_recvs(ex, i, &moved));
+    for (int l = 0; l < p->nlanes; l++) {
+      if (p->lane[l].scur) KT_CHECK(advance_sends(ex, i, l, &moved));
+      if (p->lane[l].rcur) KT_CHECK(advance_recvs(ex, i, l, &moved));
+    }
   }
   if (moved || !block) return KT_SUCCESS;
 
@@ -405,13 +513,12 @@ kt_result kt__net_progress(kt__exec *ex, bool block) {
   for (int i = 0; i < t->nranks; i++) {
     struct peer *p = &t->peers[i];
     if (i == c->rank) continue;
-    short ev = 0;
-    if (p->rq_head) ev |= POLLIN;
-    if (p->sq_head && (p->sq_head->avail > p->sq_head->done || p->sq_head->hdr_done < sizeof p->sq_head->hdr))
-      ev |= POLLOUT;
-    if (ev) {
-      t->pfds[n] = (struct pollfd){p->data_fd, ev, 0};
-      t->pfd_peer[n++] = i;
+    for (int l = 0; l < p->nlanes; l++) {
+      short ev = (short)((p->lane[l].rcur ? POLLIN : 0) | (lane_can_send(p, l) ? POLLOUT : 0));
+      if (ev) {
+        t->pfds[n] = (struct pollfd){p->lane[l].fd, ev, 0};
+        t->pfd_peer[n++] = i;
+      }
     }
     if (p->ctrl_fd >= 0) {
       t->pfds[n] = (struct pollfd){p->ctrl_fd, POLLIN, 0};
@@ -521,10 +628,67 @@ void kt__tcp_reset_queues(struct kt_comm_s *c) {
   for (int i = 0; i < c->tcp->nranks; i++) {
     struct peer *p = &c->tcp->peers[i];
     p->sq_head = p->sq_tail = p->rq_head = p->rq_tail = NULL;
+    for (int l = 0; l < p->nlanes; l++) {
+      struct lane *ln = &p->lane[l];
+      ln->scur = ln->rcur = NULL;
+      ln->shdr = ln->sdone = ln->rhdr = ln->rdone = 0;
+    }
   }
 }
 
 /* ---- connection setup --------------------------------------------------- */
+
+/* Descriptors this process has open now. */
+static long open_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return 0;
+  long n = 0;
+  while (readdir(d)) n++;
+  closedir(d);
+  return n;
+}
+
+/* The lanes this rank offers its peers in a communicator of up to size ranks:
+ * KAITIAN_NSOCKS, when the descriptors allow it. The soft RLIMIT_NOFILE is
+ * raised toward the hard one where the mesh needs it (leaving 256 spare);
+ * where even the hard limit is short, fewer lanes (peers use the smaller
+ * count of the two ends, so both agree). */
+static int choose_lanes(int rank, int size) {
+  int want = kt__tcp_lanes_param();
+  if (want == 1 || size < 2) return want;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return want;
+  long base = open_fds() + 256;
+  rlim_t need = (rlim_t)(base + (long)(want + 1) * (size - 1));
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+    rlim_t to = rl.rlim_max == RLIM_INFINITY ? need : KT_MIN(need, rl.rlim_max);
+    if (to > rl.rlim_cur) {
+      KT_INFO("rank %d: raising the open-file limit from %llu to %llu for %d TCP connections per peer", rank,
+              (unsigned long long)rl.rlim_cur, (unsigned long long)to, want + 1);
+      rl.rlim_cur = to;
+      if (setrlimit(RLIMIT_NOFILE, &rl) != 0) getrlimit(RLIMIT_NOFILE, &rl);
+    }
+  }
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need) return want;
+  long room = ((long)rl.rlim_cur - base) / (size - 1) - 1;
+  int lanes = (int)KT_MAX(1, KT_MIN(room, want));
+  static atomic_int warned;
+  if (!atomic_exchange(&warned, 1))
+    KT_WARN("rank %d: the open-file limit (%llu) leaves room for %d of KAITIAN_NSOCKS=%d data connections per "
+            "peer among %d ranks; raise it (ulimit -n) for full speed between hosts",
+            rank, (unsigned long long)rl.rlim_cur, lanes, want, size);
+  return lanes;
+}
+
+int kt__tcp_lanes_param(void) {
+  int64_t v = kt__param_NSOCKS();
+  if (v >= 1 && v <= KT_TCP_MAX_LANES) return (int)v;
+  static atomic_int warned;
+  int use = v < 1 ? 1 : KT_TCP_MAX_LANES;
+  if (!atomic_exchange(&warned, 1))
+    KT_WARN("KAITIAN_NSOCKS=%lld is outside 1-%d; using %d", (long long)v, KT_TCP_MAX_LANES, use);
+  return use;
+}
 
 static int set_nonblock(int fd) {
   int fl = fcntl(fd, F_GETFL);
@@ -633,7 +797,7 @@ static void host_id(const char *host, char *buf, size_t cap) {
   snprintf(buf, cap, "%.63s/%.36s", host, boot);
 }
 
-kt_result kt__tcp_listen(int rank, kt__tcp_addr *me, int *listen_fd) {
+kt_result kt__tcp_listen(int rank, int size, kt__tcp_addr *me, int *listen_fd) {
   kt_result res = KT_SUCCESS;
   memset(me, 0, sizeof *me);
   KT_CHECK(choose_address(me->ip, sizeof me->ip));
@@ -650,6 +814,7 @@ kt_result kt__tcp_listen(int rank, kt__tcp_addr *me, int *listen_fd) {
   }
   me->port = ntohs(sa.sin_port);
   me->pid = (int32_t)getpid();
+  me->lanes = choose_lanes(rank, size);
   if (gethostname(me->host, sizeof me->host) != 0) snprintf(me->host, sizeof me->host, "?");
   me->host[sizeof me->host - 1] = '\0';
   host_id(me->host, me->hostid, sizeof me->hostid);
@@ -667,8 +832,9 @@ kt_result kt__tcp_create(struct kt_comm_s *c, int listen_fd) {
   t->listen_fd = listen_fd;
   t->token = kt__fnv1a_str(KT_FNV1A_BASIS, c->prefix);
   t->peers = kt__calloc((size_t)c->size, sizeof *t->peers);
-  t->pfds = kt__calloc(2 * (size_t)c->size + 1, sizeof *t->pfds);
-  t->pfd_peer = kt__calloc(2 * (size_t)c->size + 1, sizeof *t->pfd_peer);
+  size_t npfd = (size_t)(kt__tcp_lanes_param() + 1) * (size_t)c->size + 1; /* lanes + ctrl per peer, abort */
+  t->pfds = kt__calloc(npfd, sizeof *t->pfds);
+  t->pfd_peer = kt__calloc(npfd, sizeof *t->pfd_peer);
   if (!t->peers || !t->pfds || !t->pfd_peer) {
     free(t->peers);
     free(t->pfds);
@@ -677,13 +843,16 @@ kt_result kt__tcp_create(struct kt_comm_s *c, int listen_fd) {
     close(listen_fd);
     return KT_ERR_NO_MEMORY;
   }
-  for (int i = 0; i < c->size; i++) t->peers[i].data_fd = t->peers[i].ctrl_fd = -1;
+  for (int i = 0; i < c->size; i++) {
+    t->peers[i].ctrl_fd = -1;
+    for (int l = 0; l < KT_TCP_MAX_LANES; l++) t->peers[i].lane[l].fd = -1;
+  }
   c->tcp = t;
   return KT_SUCCESS;
 }
 
 static kt_result connect_one(struct kt_comm_s *c, const kt__tcp_addr *a, int peer, uint32_t kind,
-                             int64_t deadline, int *out) {
+                             uint32_t lane, int64_t deadline, int *out) {
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)a->port)};
   if (inet_pton(AF_INET, a->ip, &sa.sin_addr) != 1)
     return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d published a bad address '%s'", peer, a->ip);
@@ -694,7 +863,7 @@ static kt_result connect_one(struct kt_comm_s *c, const kt__tcp_addr *a, int pee
     int r;
     KT_SYSCALL_RETRY(r, connect(fd, (struct sockaddr *)&sa, sizeof sa));
     if (r == 0) {
-      struct hello h = {HELLO_MAGIC, kind, c->rank, 0, c->tcp->token};
+      struct hello h = {HELLO_MAGIC, kind, c->rank, lane, c->tcp->token};
       if (kt__write_full(fd, &h, sizeof h) == 0) {
         *out = fd;
         return KT_SUCCESS;
@@ -710,10 +879,11 @@ static kt_result connect_one(struct kt_comm_s *c, const kt__tcp_addr *a, int pee
   }
 }
 
-/* Accept until every higher rank has connected both its sockets. */
+/* Accept until every higher rank has connected all its sockets. */
 static kt_result accept_all(struct kt_comm_s *c, int64_t deadline) {
   struct kt__tcp *t = c->tcp;
-  int need = 2 * (c->size - 1 - c->rank);
+  int need = 0;
+  for (int j = c->rank + 1; j < c->size; j++) need += t->peers[j].nlanes + 1;
   while (need > 0) {
     int64_t left = (deadline - kt__now_ns()) / 1000000;
     if (left <= 0)
@@ -732,14 +902,15 @@ static kt_result accept_all(struct kt_comm_s *c, int64_t deadline) {
     struct timeval tv = {2, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     if (kt__read_full(fd, &h, sizeof h) != 0 || h.magic != HELLO_MAGIC || h.token != t->token ||
-        h.rank <= c->rank || h.rank >= c->size || (h.kind != CONN_DATA && h.kind != CONN_CTRL)) {
+        h.rank <= c->rank || h.rank >= c->size || (h.kind != CONN_DATA && h.kind != CONN_CTRL) ||
+        (h.kind == CONN_DATA && h.pad >= (uint32_t)t->peers[h.rank].nlanes)) {
       KT_WARN("rank %d: dropped a connection that is not a peer of this communicator", c->rank);
       close(fd);
       continue;
     }
     tv = (struct timeval){0, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    int *slot = h.kind == CONN_DATA ? &t->peers[h.rank].data_fd : &t->peers[h.rank].ctrl_fd;
+    int *slot = h.kind == CONN_DATA ? &t->peers[h.rank].lane[h.pad].fd : &t->peers[h.rank].ctrl_fd;
     if (*slot >= 0) {
       KT_WARN("rank %d: duplicate connection from rank %d dropped", c->rank, h.rank);
       close(fd);
@@ -754,9 +925,17 @@ static kt_result accept_all(struct kt_comm_s *c, int64_t deadline) {
 kt_result kt__tcp_mesh(struct kt_comm_s *c, const kt__tcp_addr *all) {
   struct kt__tcp *t = c->tcp;
   int64_t deadline = kt__now_ns() + kt__param_CONNECT_TIMEOUT() * 1000000;
+  /* Lanes: one to a rank of this host (nothing to gain over loopback), else
+   * the smaller KAITIAN_NSOCKS of the two ends, so both count the same. */
+  for (int j = 0; j < c->size; j++)
+    t->peers[j].nlanes = j == c->rank ? 0
+                         : strcmp(all[j].hostid, all[c->rank].hostid) == 0
+                             ? 1
+                             : KT_MAX(1, KT_MIN(all[c->rank].lanes, KT_MIN(all[j].lanes, KT_TCP_MAX_LANES)));
   for (int j = 0; j < c->rank; j++) {
-    KT_CHECK(connect_one(c, &all[j], j, CONN_DATA, deadline, &t->peers[j].data_fd));
-    KT_CHECK(connect_one(c, &all[j], j, CONN_CTRL, deadline, &t->peers[j].ctrl_fd));
+    for (int l = 0; l < t->peers[j].nlanes; l++)
+      KT_CHECK(connect_one(c, &all[j], j, CONN_DATA, (uint32_t)l, deadline, &t->peers[j].lane[l].fd));
+    KT_CHECK(connect_one(c, &all[j], j, CONN_CTRL, 0, deadline, &t->peers[j].ctrl_fd));
   }
   KT_CHECK(accept_all(c, deadline));
   close(t->listen_fd);
@@ -764,9 +943,11 @@ kt_result kt__tcp_mesh(struct kt_comm_s *c, const kt__tcp_addr *all) {
   for (int j = 0; j < c->size; j++) {
     if (j == c->rank) continue;
     struct peer *p = &t->peers[j];
-    if (set_nonblock(p->data_fd) != 0 || set_nonblock(p->ctrl_fd) != 0)
-      return kt__err(KT_ERR_SYSTEM, "fcntl: %s", strerror(errno));
-    tune_socket(p->data_fd);
+    if (set_nonblock(p->ctrl_fd) != 0) return kt__err(KT_ERR_SYSTEM, "fcntl: %s", strerror(errno));
+    for (int l = 0; l < p->nlanes; l++) {
+      if (set_nonblock(p->lane[l].fd) != 0) return kt__err(KT_ERR_SYSTEM, "fcntl: %s", strerror(errno));
+      tune_socket(p->lane[l].fd);
+    }
     int one = 1;
     setsockopt(p->ctrl_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     snprintf(c->peer_host[j], sizeof c->peer_host[j], "%s", all[j].host);
@@ -806,7 +987,8 @@ void kt__tcp_close(struct kt_comm_s *c, bool graceful) {
   for (int i = 0; i < t->nranks; i++) {
     struct peer *p = &t->peers[i];
     if (graceful) send_ctrl(p->ctrl_fd, CTRL_BYE, KT_SUCCESS, NULL);
-    if (p->data_fd >= 0) close(p->data_fd);
+    for (int l = 0; l < KT_TCP_MAX_LANES; l++)
+      if (p->lane[l].fd >= 0) close(p->lane[l].fd);
     if (p->ctrl_fd >= 0) close(p->ctrl_fd);
     free(p->abort_msg);
   }

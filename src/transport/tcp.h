@@ -11,16 +11,20 @@ typedef struct kt__tcp_addr {
   char ip[48];
   int32_t port;
   int32_t pid;
+  int32_t lanes; /* its KAITIAN_NSOCKS */
   char host[64];
   char hostid[104]; /* hostname/boot id: ranks with equal ids share a host */
 } kt__tcp_addr;
 
-/* Open a listening socket on the chosen interface and describe it in *me;
- * rank is for messages only. */
-KT_INTERNAL kt_result kt__tcp_listen(int rank, kt__tcp_addr *me, int *listen_fd);
+/* Open a listening socket on the chosen interface and describe it in *me
+ * (with the data connections per peer it offers a communicator of up to size
+ * ranks); rank is for messages only. */
+KT_INTERNAL kt_result kt__tcp_listen(int rank, int size, kt__tcp_addr *me, int *listen_fd);
 /* Allocate c->tcp for c->size ranks (c->prefix set); takes listen_fd. On
  * failure listen_fd is closed. */
 KT_INTERNAL kt_result kt__tcp_create(struct kt_comm_s *c, int listen_fd);
+/* KAITIAN_NSOCKS, checked: data connections per pair of ranks on two hosts. */
+KT_INTERNAL int kt__tcp_lanes_param(void);
 /* Connect to every peer given everyone's address; fills c->peer_host/pid. */
 KT_INTERNAL kt_result kt__tcp_mesh(struct kt_comm_s *c, const kt__tcp_addr *all);
 

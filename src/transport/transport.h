@@ -24,9 +24,9 @@ typedef struct kt__xfer {
   size_t done;           /* payload bytes moved so far */
   size_t avail;          /* send only: bytes of buf ready to go (<= len) */
   /* transport private */
-  size_t hdr_done;
-  unsigned char hdr[KT_NET_HDR_BYTES];
+  unsigned char hdr[KT_NET_HDR_BYTES]; /* send: the header every lane sends first */
   struct kt__xfer *next;
+  int lanes_left;                      /* lanes of the connection not yet past it */
   bool complete;
 } kt__xfer;
 

@@ -10,7 +10,8 @@
 #      case of allreduce, reduce_scatter, allgather(v)), where every
 #      collective that has one runs its hierarchical algorithm (shared memory
 #      in each node, TCP between them; mode hier tests them all); again with
-#      KAITIAN_TRANSPORT=tcp (TCP only), and on a
+#      KAITIAN_TRANSPORT=tcp (TCP only; 3 connections per pair of nodes, so
+#      messages of 4 units and a few bytes stripe unevenly), and on a
 #      communicator split off 3 nodes x 2 ranks without rank 5 (nodes of 2,
 #      2 and 1 ranks: the hierarchy with one shard), and every case of
 #      allreduce on nodes of 3 and 2 ranks (the hierarchy with two shards and
@@ -251,8 +252,8 @@ if [ -n "$COLL" ] && [ -x "$COLL" ]; then
     fail "coll: rank 0 did not log the hierarchy (3 hosts x 2 ranks)"
   step "2b. coll_test, 2 nodes x 2 ranks, every case of the reducing collectives"
   run_ok coll2 2 KAITIAN_TIMEOUT=120000 -- "$COLL" --coll allreduce,reduce_scatter,allgather,allgatherv
-  step "2c. coll_test --quick, 2 nodes x 2 ranks, KAITIAN_TRANSPORT=tcp"
-  run_ok colltcp 2 KAITIAN_TIMEOUT=120000 KAITIAN_TRANSPORT=tcp -- "$COLL" --quick
+  step "2c. coll_test --quick, 2 nodes x 2 ranks, KAITIAN_TRANSPORT=tcp, KAITIAN_NSOCKS=3"
+  run_ok colltcp 2 KAITIAN_TIMEOUT=120000 KAITIAN_TRANSPORT=tcp KAITIAN_NSOCKS=3 -- "$COLL" --quick
   step "2d. coll_test --quick --drop-rank 5, 3 nodes x 2 ranks: nodes of 2, 2 and 1 ranks"
   run_ok colluneven 3 KAITIAN_TIMEOUT=120000 KAITIAN_DEBUG=INFO -- "$COLL" --quick --drop-rank 5 --coll allreduce,reduce_scatter,broadcast,alltoall
   grep -q '3 hosts with 1 to 2 ranks: shared memory within the host, TCP between hosts for the first 1 of each' \
