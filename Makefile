@@ -18,7 +18,7 @@ PYTHON ?= /usr/bin/python3
 # The PyTorch side runs from the source tree with this build's library.
 KT_PY_ENV = KAITIAN_LIBRARY=$(abspath $(BUILD))/libkaitian.so PYTHONPATH=$(CURDIR)/python PYTHON=$(PYTHON)
 
-.PHONY: all build demo demo-bench test test-release test-asan tsan install deps clean help conformance fuzz
+.PHONY: all build demo demo-bench test test-release test-asan tsan install deps clean help conformance fuzz chaos
 
 all: build
 
@@ -29,6 +29,7 @@ help:
 	@echo "make test     install missing packages, build, run the suite (release, then ASan+UBSan)"
 	@echo "make tsan     run the suite under ThreadSanitizer"
 	@echo "make fuzz     every libFuzzer harness for FUZZ_SECONDS (default 600) each (tests/fuzz/)"
+	@echo "make chaos    TRIALS (default 100) jobs of each kind with a rank killed or stopped at random (tests/fault/chaos.sh)"
 	@echo "make install  install to PREFIX=$(PREFIX) (library, header, kaitian, pkg-config, CMake package,"
 	@echo "              Python package torch_kaitian)"
 
@@ -80,6 +81,10 @@ fuzz: build
 	    tests/fuzz/regress/$$n $(FUZZ_SECONDS) || status=1; \
 	done; [ -n "$$(ls $(BUILD)/fuzz/fuzz_* 2>/dev/null)" ] || { echo "no harness built (needs clang with libFuzzer)"; exit 1; }; \
 	exit $$status
+
+TRIALS ?= 100
+chaos: build
+	sh tests/fault/chaos.sh $(BUILD)/kaitian $(BUILD)/tests/fault_prog $(TRIALS) 4
 
 tsan: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKT_SANITIZE_THREAD=ON

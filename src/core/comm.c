@@ -138,6 +138,7 @@ static void comm_free(struct kt_comm_s *c) {
 }
 
 static kt_result connect_through_store(struct kt_comm_s *c, kt_store store);
+static kt_result comm_split(kt_comm comm, int color, int key, int share, kt_comm *newcomm);
 
 /* c->hosts from each rank's host (hostof, numbered by lowest rank), for the
  * hierarchical algorithms. One allocation, freed with c. */
@@ -192,7 +193,10 @@ static kt_result setup_hierarchy(struct kt_comm_s *c, const kt__tcp_addr *all) {
   if (most < 2) goto exit; /* one rank per host: TCP only */
   L = count[host];
   KT_CHECK_GOTO(kt_comm_split(c, host, c->rank, &c->local), res, exit);
-  KT_CHECK_GOTO(kt_comm_split(c, lrank < S ? lrank : KT_SPLIT_NOCOLOR, c->rank, &c->cross), res, exit);
+  /* The S cross communicators run at once between the same hosts: they share
+   * KAITIAN_NSOCKS connections per pair of hosts (S parallel streams already
+   * keep a link busy; more compete for it). */
+  KT_CHECK_GOTO(comm_split(c, lrank < S ? lrank : KT_SPLIT_NOCOLOR, c->rank, S, &c->cross), res, exit);
   c->shards = S;
   c->local->label = kt__calloc((size_t)L, sizeof *c->local->label);
   if (!c->local->label || (c->cross && !(c->cross->label = kt__calloc((size_t)nhosts, sizeof *c->cross->label)))) {
@@ -271,7 +275,7 @@ static kt_result connect_through_store(struct kt_comm_s *c, kt_store store) {
   kt__tcp_addr me, *all = NULL;
   int lfd = -1;
   char key[320];
-  KT_CHECK(kt__tcp_listen(c->rank, c->size, &me, &lfd));
+  KT_CHECK(kt__tcp_listen(c->rank, c->size, 1, &me, &lfd));
   KT_CHECK(kt__tcp_create(c, lfd)); /* owns lfd from here */
   all = kt__calloc((size_t)c->size, sizeof *all); /* freed at exit */
   if (!all) return KT_ERR_NO_MEMORY;
@@ -368,6 +372,12 @@ static int cmp_split(const void *a, const void *b) {
 }
 
 kt_result kt_comm_split(kt_comm comm, int color, int key, kt_comm *newcomm) {
+  return comm_split(comm, color, key, 1, newcomm);
+}
+
+/* kt_comm_split; the new communicator's connections between hosts are
+ * KAITIAN_NSOCKS / share (at least one). */
+static kt_result comm_split(kt_comm comm, int color, int key, int share, kt_comm *newcomm) {
   kt__clear_error();
   if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank ?: kt_comm_split: comm is NULL");
   if (!newcomm)
@@ -386,7 +396,8 @@ kt_result kt_comm_split(kt_comm comm, int color, int key, kt_comm *newcomm) {
   mine.rank = comm->rank;
   int lfd = -1;
   struct kt_comm_s *c = NULL;
-  if (color != KT_SPLIT_NOCOLOR) KT_CHECK_GOTO(kt__tcp_listen(comm->rank, comm->size, &mine.addr, &lfd), res, exit);
+  if (color != KT_SPLIT_NOCOLOR)
+    KT_CHECK_GOTO(kt__tcp_listen(comm->rank, comm->size, share, &mine.addr, &lfd), res, exit);
   /* Everyone takes part in the exchange, including ranks without a color. */
   KT_CHECK_GOTO(kt_allgather(&mine, recs, sizeof mine, KT_UINT8, comm), res, exit);
   uint64_t seq = ++comm->split_seq;

@@ -71,6 +71,11 @@ typedef struct shm_slot {
   uint32_t direct_offer[2]; /* 1: this rank's buffers are registered, in dbuf */
   uint32_t direct_ok[2];    /* 1: it mapped every peer's buffers */
   kt__membuf dbuf[2][2];    /* [parity][send, receive] */
+  /* When this rank last showed activity on this communicator (CLOCK_MONOTONIC
+   * ns): at the start of each op, and every SHM_LIVENESS_NS while it sleeps in
+   * a wait. A peer's timeout names the ranks whose beat is old: the one that
+   * is stopped, hung or busy elsewhere, not only the neighbour waited for. */
+  _Atomic int64_t beat_ns;
 } shm_slot;
 
 _Static_assert(sizeof(shm_hdr) <= SHM_HDR_BYTES, "header fits");
@@ -391,6 +396,7 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
     goto fail;
   }
   publish_cpus(slot_at(base, c->rank));
+  atomic_store_explicit(&slot_at(base, c->rank)->beat_ns, kt__now_ns(), memory_order_relaxed);
   atomic_fetch_add(&h->mapped, 1);
   /* Nobody starts before every rank has reserved its part. The leader then
    * unlinks the segment: from then on nothing is left behind whatever
@@ -477,6 +483,7 @@ void kt__shm_wake(struct kt_comm_s *c) {
 
 void kt__shm_op_begin(kt__exec *ex) {
   kt__shm *s = ex->comm->shm;
+  atomic_store_explicit(&slot(s, s->me)->beat_ns, kt__now_ns(), memory_order_relaxed);
   kt__op_sig(ex->op, s->n, &s->cur);
   s->sig_checked = false;
 }
@@ -550,15 +557,26 @@ static kt_result check_failures(kt__exec *ex, int r, uint64_t target, bool slow_
   KT_CHECK(kt__net_check_peers(ex)); /* notices from ranks' sockets */
   if (ex->parent) KT_CHECK(kt__net_stuck(ex->parent)); /* a phase: the parent's peers too */
   if (kt__now_ns() >= ex->deadline_ns) {
-    char late[256] = "";
-    size_t off = 0;
+    char late[256] = "", quiet[256] = "";
+    size_t off = 0, qoff = 0;
     for (int i = 0; i < s->n && off < sizeof late - 32; i++)
       if (i != s->me && (r < 0 || r == i) && atomic_load(&slot(s, i)->step) < target)
         off += (size_t)snprintf(late + off, sizeof late - off, "%s rank %d", off ? "," : "", kt__rank_label(c, i));
+    /* The rank waited for may itself be waiting for another: name every rank
+     * that has shown no activity here for most of the timeout. */
+    int64_t now = kt__now_ns(), idle_ns = KT_MAX(c->timeout_ms * 1000000 / 2, 2 * SHM_LIVENESS_NS);
+    for (int i = 0; i < s->n && qoff < sizeof quiet - 48; i++) {
+      int64_t beat = atomic_load_explicit(&slot(s, i)->beat_ns, memory_order_relaxed);
+      if (i != s->me && now - beat >= idle_ns)
+        qoff += (size_t)snprintf(quiet + qoff, sizeof quiet - qoff, "%s rank %d (%.1f s)", qoff ? "," : "",
+                                 kt__rank_label(c, i), (double)(now - beat) / 1e9);
+    }
     return kt__err(KT_ERR_TIMEOUT,
-                   "rank %d: op #%llu %s timed out after %lld ms (KAITIAN_TIMEOUT) waiting for%s",
+                   "rank %d: op #%llu %s timed out after %lld ms (KAITIAN_TIMEOUT) waiting for%s%s%s",
                    kt__rank_label(c, c->rank), (unsigned long long)ex->op->seq, kt__coll_name(ex->op->coll),
-                   (long long)c->timeout_ms, late);
+                   (long long)c->timeout_ms, late,
+                   quiet[0] ? "; no activity on this communicator (stopped, hung or busy elsewhere) from" : "",
+                   quiet);
   }
   return KT_SUCCESS;
 }
@@ -592,7 +610,10 @@ static kt_result wait_ready_or_stuck(kt__exec *ex, int r, uint64_t target, ready
     bool slow = kt__now_ns() >= next_slow;
     KT_CHECK(check_failures(ex, r, target, slow));
     if (slow && stuck) KT_CHECK(stuck(ex, arg));
-    if (slow) next_slow = kt__now_ns() + SHM_LIVENESS_NS;
+    if (slow) {
+      next_slow = kt__now_ns() + SHM_LIVENESS_NS;
+      atomic_store_explicit(&slot(s, s->me)->beat_ns, kt__now_ns(), memory_order_relaxed);
+    }
     atomic_fetch_add_explicit(&s->hdr->nwaiters, 1, memory_order_seq_cst);
     uint32_t g = atomic_load_explicit(&s->hdr->gen, memory_order_seq_cst);
     if (!ready(s, arg) && !atomic_load(&s->hdr->failed)) {

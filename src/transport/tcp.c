@@ -30,7 +30,14 @@
 #define HELLO_MAGIC 0x4B544845u
 #define CTRL_MAGIC 0x4B544354u
 enum { CONN_DATA = 1, CONN_CTRL = 2 };
-enum { CTRL_BYE = 1, CTRL_ABORT = 2, CTRL_STATUS = 3 };
+enum { CTRL_BYE = 1, CTRL_ABORT = 2, CTRL_STATUS = 3, CTRL_SENDWAIT = 4 };
+
+/* A send-wait notice: the sender's message number msg to the receiver (its
+ * place in the pair's issue order, from 0), of len bytes, has made no progress
+ * for a second while the sender ran kt_send. */
+struct sendwait {
+  uint64_t msg, len;
+};
 
 struct hello {
   uint32_t magic;
@@ -72,6 +79,7 @@ struct peer {
   int ctrl_fd;
   kt__xfer *sq_head, *sq_tail; /* sends, in issue order */
   kt__xfer *rq_head, *rq_tail; /* receives, in issue order */
+  uint64_t tx_posted, rx_done; /* messages posted to it; messages from it received */
   bool said_bye;
   kt_result abort_code; /* its abort notice, once read: what it reported ... */
   char *abort_msg;      /* ... and why (kept: its connection closing next is no news) */
@@ -94,6 +102,7 @@ struct kt__tcp {
   kt__sig hist[KT_TCP_HIST];      /* recent collectives, by seq % KT_TCP_HIST */
   int64_t next_status_ns;         /* when the op in progress sends its next status notice */
   int64_t status_gap_ns;
+  int64_t sendwait_ns;            /* when a stalled kt_send tells its receiver (CTRL_SENDWAIT) */
 };
 
 /* ---- headers ------------------------------------------------------------ */
@@ -219,6 +228,7 @@ kt_result kt__net_post(kt__exec *ex, kt__xfer *x) {
   x->done = 0;
   x->lanes_left = p->nlanes;
   if (x->is_send) {
+    x->msg = p->tx_posted++;
     hdr h = op_hdr(ex->op, x->tag, x->len);
     memcpy(x->hdr, &h, sizeof h);
     if (p->sq_tail) p->sq_tail->next = x; else p->sq_head = x;
@@ -374,6 +384,7 @@ static kt_result advance_recvs(kt__exec *ex, int peer, int s, bool *moved) {
     l->rcur = x->next;
     l->rhdr = l->rdone = 0;
     lane_passed(&p->rq_head, &p->rq_tail, x);
+    if (x->complete) p->rx_done++;
     if (!x->complete && n > 1) x->done = recv_prefix(p, x);
   }
   return KT_SUCCESS;
@@ -407,6 +418,29 @@ static kt_result check_status(kt__exec *ex, int peer, const kt__sig *theirs) {
 
 static kt_result peer_aborted(struct kt_comm_s *c, int peer, kt_result code, const char *why) {
   return kt__err(code, "rank %d failed and aborted the communicator: %s", kt__rank_label(c, peer), why);
+}
+
+/* Peer says its kt_send of message w->msg to this rank has stalled. When this
+ * rank is itself in a kt_send to that peer, has not received that message,
+ * and its own send cannot finish either (the socket buffers are full: the
+ * peer is not reading), neither send can ever complete: ops run in issue
+ * order, so neither rank receives before its send is done. */
+static kt_result check_sendwait(kt__exec *ex, int peer, const struct sendwait *w) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm;
+  struct peer *p = &c->tcp->peers[peer];
+  if (!op || op->coll != KT_COLL_SEND || op->root != peer || p->rx_done > w->msg) return KT_SUCCESS;
+  bool moved = false;
+  for (int l = 0; l < p->nlanes; l++)
+    if (p->lane[l].scur) KT_CHECK(advance_sends(ex, peer, l, &moved));
+  if (!p->sq_head) return KT_SUCCESS; /* mine fit in the buffers: this rank receives next */
+  return kt__err(KT_ERR_MISMATCH,
+                 "send of %zu bytes to rank %d can never complete: rank %d sends %llu bytes to rank %d at "
+                 "the same time, and neither receives before its own send completes (a message larger "
+                 "than the socket buffers waits for its receiver). Let one side receive first, or "
+                 "exchange with kt_sendrecv",
+                 p->sq_head->len, kt__rank_label(c, peer), kt__rank_label(c, peer), (unsigned long long)w->len,
+                 kt__rank_label(c, c->rank));
 }
 
 /* A control frame arrived (or the socket closed): decide what it means. */
@@ -456,6 +490,10 @@ static kt_result handle_ctrl(kt__exec *ex, int peer) {
         kt__sig theirs;
         memcpy(&theirs, text, sizeof theirs);
         KT_CHECK(check_status(ex, peer, &theirs));
+      } else if (f.type == CTRL_SENDWAIT && f.len == sizeof(struct sendwait)) {
+        struct sendwait w;
+        memcpy(&w, text, sizeof w);
+        KT_CHECK(check_sendwait(ex, peer, &w));
       } else if (f.type == CTRL_ABORT) {
         kt_result code = (f.code > 0 && f.code <= KT_ERR_INTERNAL) ? (kt_result)f.code : KT_ERR_ABORTED;
         p->abort_code = code;
@@ -569,6 +607,7 @@ void kt__net_op_begin(kt__exec *ex) {
   struct kt__tcp *t = ex->comm->tcp;
   if (!t) return;
   const kt__op *op = ex->op;
+  t->sendwait_ns = op->coll == KT_COLL_SEND ? kt__now_ns() + STATUS_FIRST_NS : INT64_MAX;
   /* Point-to-point ops are not numbered (ranks issue different numbers of
    * them); over shared memory ranks compare signatures in the segment. */
   if (op->seq == 0 || ex->comm->shm) {
@@ -599,6 +638,15 @@ kt_result kt__net_stuck(kt__exec *ex) {
         send_ctrl_bytes(t->peers[i].ctrl_fd, CTRL_STATUS, KT_SUCCESS, mine, sizeof *mine);
     t->status_gap_ns = KT_MIN(2 * t->status_gap_ns, STATUS_MAX_NS);
     t->next_status_ns = now + t->status_gap_ns;
+  }
+  if (now >= t->sendwait_ns) { /* a kt_send stalled for a second: tell its receiver, once */
+    t->sendwait_ns = INT64_MAX;
+    int to = ex->op->root;
+    struct peer *p = to >= 0 && to < t->nranks && to != ex->comm->rank ? &t->peers[to] : NULL;
+    if (p && p->sq_head && p->ctrl_fd >= 0 && !ctrl_backlogged(p->ctrl_fd)) {
+      struct sendwait w = {p->sq_head->msg, p->sq_head->len};
+      send_ctrl_bytes(p->ctrl_fd, CTRL_SENDWAIT, KT_SUCCESS, &w, sizeof w);
+    }
   }
   return kt__net_check_peers(ex);
 }
@@ -653,8 +701,8 @@ static long open_fds(void) {
  * raised toward the hard one where the mesh needs it (leaving 256 spare);
  * where even the hard limit is short, fewer lanes (peers use the smaller
  * count of the two ends, so both agree). */
-static int choose_lanes(int rank, int size) {
-  int want = kt__tcp_lanes_param();
+static int choose_lanes(int rank, int size, int share) {
+  int want = KT_MAX(1, kt__tcp_lanes_param() / KT_MAX(share, 1));
   if (want == 1 || size < 2) return want;
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return want;
@@ -797,7 +845,7 @@ static void host_id(const char *host, char *buf, size_t cap) {
   snprintf(buf, cap, "%.63s/%.36s", host, boot);
 }
 
-kt_result kt__tcp_listen(int rank, int size, kt__tcp_addr *me, int *listen_fd) {
+kt_result kt__tcp_listen(int rank, int size, int share, kt__tcp_addr *me, int *listen_fd) {
   kt_result res = KT_SUCCESS;
   memset(me, 0, sizeof *me);
   KT_CHECK(choose_address(me->ip, sizeof me->ip));
@@ -814,7 +862,7 @@ kt_result kt__tcp_listen(int rank, int size, kt__tcp_addr *me, int *listen_fd) {
   }
   me->port = ntohs(sa.sin_port);
   me->pid = (int32_t)getpid();
-  me->lanes = choose_lanes(rank, size);
+  me->lanes = choose_lanes(rank, size, share);
   if (gethostname(me->host, sizeof me->host) != 0) snprintf(me->host, sizeof me->host, "?");
   me->host[sizeof me->host - 1] = '\0';
   host_id(me->host, me->hostid, sizeof me->hostid);

@@ -18,8 +18,8 @@ typedef struct kt__tcp_addr {
 
 /* Open a listening socket on the chosen interface and describe it in *me
  * (with the data connections per peer it offers a communicator of up to size
- * ranks); rank is for messages only. */
-KT_INTERNAL kt_result kt__tcp_listen(int rank, int size, kt__tcp_addr *me, int *listen_fd);
+ * ranks: KAITIAN_NSOCKS / share, at least one); rank is for messages only. */
+KT_INTERNAL kt_result kt__tcp_listen(int rank, int size, int share, kt__tcp_addr *me, int *listen_fd);
 /* Allocate c->tcp for c->size ranks (c->prefix set); takes listen_fd. On
  * failure listen_fd is closed. */
 KT_INTERNAL kt_result kt__tcp_create(struct kt_comm_s *c, int listen_fd);

@@ -26,6 +26,7 @@ typedef struct kt__xfer {
   /* transport private */
   unsigned char hdr[KT_NET_HDR_BYTES]; /* send: the header every lane sends first */
   struct kt__xfer *next;
+  uint64_t msg;                        /* send: its place among the messages to the peer */
   int lanes_left;                      /* lanes of the connection not yet past it */
   bool complete;
 } kt__xfer;

@@ -59,10 +59,20 @@ kt_fault_test(mismatch.np3.sendfirst 120 3 scenario.sh --np 3 --max-s 30
 kt_fault_test(mismatch.np3.sendcycle 120 3 scenario.sh --np 3 --max-s 30
   --grep "can never complete: rank [0-2] sends to rank [0-2] and rank [0-2] sends to rank [0-2] at the same time"
   --env KAITIAN_TIMEOUT=60000 -- mismatch kind=sendcycle)
+# Over TCP: each rank's stalled send tells its receiver after 1 s (a
+# send-wait notice on the control socket); a receiver stalled in its own send
+# to that rank fails at once instead of waiting for KAITIAN_TIMEOUT.
+kt_fault_test(mismatch.np2.sendfirst.tcp 120 2 scenario.sh --np 2 --max-s 10
+  --grep "send of 67108864 bytes to rank [01] can never complete: rank [01] sends 67108864 bytes to rank [01] at the same time.*kt_sendrecv"
+  --env KAITIAN_TIMEOUT=60000 --env KAITIAN_TRANSPORT=tcp -- mismatch kind=sendfirstbig)
 kt_fault_test(mismatch.np2.p2ptag.tcp 120 2 scenario.sh --np 2 --max-s 30
   --env KAITIAN_TIMEOUT=60000 --env KAITIAN_TRANSPORT=tcp -- mismatch kind=p2ptag)
 kt_fault_test(mismatch.np2.p2pdtype.tcp 120 2 scenario.sh --np 2 --max-s 30
   --env KAITIAN_TIMEOUT=60000 --env KAITIAN_TRANSPORT=tcp -- mismatch kind=p2pdtype)
+
+# Chaos smoke: 2 trials of each kind (SIGKILL, SIGSTOP past the timeout) of a
+# random collective mix on 4 ranks; `make chaos TRIALS=N` is the campaign.
+kt_fault_test(chaos.smoke 240 4 chaos.sh 2 4)
 
 # 4. kt_comm_abort from another thread releases the waiters (abort.npN.mode);
 #    the peers that were not taking part must notice at their next

@@ -31,6 +31,9 @@ set_tests_properties(launcher_shm_small PROPERTIES SKIP_RETURN_CODE 77)
 kt_launcher_test(shm_linger 60 shm_linger.sh ${KT_CLI})
 set_tests_properties(launcher_shm_linger PROPERTIES SKIP_RETURN_CODE 77 LABELS "launcher;no_sanitizer")
 kt_launcher_test(shm_oversub 60 shm_oversub.sh ${KT_CLI})
+# The job secret on no command line and in no log line at TRACE; shared
+# memory mapped only unlinked and mode 0600.
+kt_launcher_test(secrets 60 secrets.sh ${KT_CLI})
 
 # The job's shape from each environment kt_job_from_env reads (torchrun-style
 # variables, Slurm's, Open MPI's, PMI's, set by hand), bad environments,

@@ -10,16 +10,18 @@
  *   abort      mode=blocking|nonblocking [wait_ms=T] [strict=0|1]
  *   graceful   kind=late_destroy|p2p
  *   late       [sleep_ms=T]              ranks late by T ms to the same operations
+ *   chaos      dir=D seed=S               a random mix of collectives and sizes (the
+ *                                         same on every rank) until a peer is lost
  * Unknown keys (the scripts pass mark=<unique marker>, to find leftover
  * processes by their command line) are ignored.
  *
  * Output, one line each, parsed by the scripts (the launcher adds "[R] "):
- *   stdout  FAULT_STARTED rank=R            killloop: first allreduce checked
+ *   stdout  FAULT_STARTED rank=R            killloop, chaos: first operation checked
  *   stdout  FAULT_OK rank=R <what>          every check of this rank passed
  *   stderr  FAULT_ERROR rank=R t_ms=T elapsed_ms=E code=NAME msg=TEXT
  *   stderr  FAULT_CHECK_FAILED rank=R: reason
- * Exit status: 0 when every check passed (killloop survivors: 3, since they
- * lost a peer), 1 when a check failed, 2 on a usage or setup error. */
+ * Exit status: 0 when every check passed (killloop and chaos survivors: 3,
+ * since they lost a peer), 1 when a check failed, 2 on a usage or setup error. */
 #include "kaitian.h"
 
 #include <errno.h>
@@ -322,6 +324,86 @@ static int scenario_killloop(kt_comm comm) {
   }
 }
 
+/* Chaos trials (tests/fault/chaos.sh): every rank draws the same sequence of
+ * operations from seed S (allreduce checked, iallreduce, broadcast and reduce
+ * from a random root, allgather, reduce_scatter, alltoall, barrier, a
+ * sendrecv around the ring) with counts from 1 to 256 Ki floats, and runs it
+ * until the script kills or stops a rank. The first error is reported
+ * (the script checks that it names the lost rank, and when), then the
+ * broken-communicator checks as in killloop. */
+static int scenario_chaos(kt_comm comm) {
+  const char *dir = arg("dir", NULL);
+  uint64_t x = (uint64_t)arg_int("seed", 1) * 0x9E3779B97F4A7C15ull + 1;
+  if (!dir) {
+    fprintf(stderr, "fault_prog chaos: dir= is required\n");
+    return 2;
+  }
+  char path[4096], tmp[4200];
+  snprintf(path, sizeof path, "%s/pid.%d", dir, g_rank);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
+    fprintf(stderr, "fault_prog rank %d: cannot write %s: %s\n", g_rank, path, strerror(errno));
+    return 2;
+  }
+  enum { MAXN = 1 << 18 };
+  float *a = alloc_floats((size_t)MAXN * (size_t)g_size, (float)(g_rank + 1));
+  float *b = alloc_floats((size_t)MAXN * (size_t)g_size, 0.0f);
+  static const char *names[] = {"allreduce", "iallreduce+wait", "broadcast", "reduce", "allgather",
+                                "reduce_scatter", "alltoall", "barrier", "sendrecv"};
+  float want = (float)g_size * (float)(g_size + 1) / 2.0f;
+  int64_t start = mono_ms();
+  for (long it = 0;; it++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64: the same draws on every rank */
+    int k = (int)(x % 9);
+    size_t n = ((size_t)1 << ((x >> 8) % 19)) + (x >> 32) % 7;
+    if (n > MAXN) n = MAXN;
+    int root = (int)((x >> 40) % (uint64_t)g_size);
+    kt_request req = NULL;
+    int64_t t0 = mono_ms();
+    kt_result r = KT_SUCCESS;
+    switch (k) {
+      case 0: r = kt_allreduce(a, b, n, KT_FLOAT32, KT_SUM, comm); break;
+      case 1:
+        r = kt_iallreduce(a, b, n, KT_FLOAT32, KT_SUM, comm, &req);
+        if (r == KT_SUCCESS) r = kt_wait(req);
+        break;
+      case 2: r = kt_broadcast(a, b, n, KT_FLOAT32, root, comm); break;
+      case 3: r = kt_reduce(a, b, n, KT_FLOAT32, KT_SUM, root, comm); break;
+      case 4: r = kt_allgather(a, b, n, KT_FLOAT32, comm); break;
+      case 5: r = kt_reduce_scatter(a, b, n, KT_FLOAT32, KT_SUM, comm); break;
+      case 6: r = kt_alltoall(a, b, n, KT_FLOAT32, comm); break;
+      case 7: r = kt_barrier(comm); break;
+      default:
+        r = kt_sendrecv(a, n, (g_rank + 1) % g_size, b, n, (g_rank + g_size - 1) % g_size, KT_FLOAT32, 7,
+                        comm);
+        break;
+    }
+    if (r != KT_SUCCESS) {
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", kt_last_error());
+      report_error(names[k], r, msg, mono_ms() - t0);
+      int peer = -1;
+      for (int q = 0; q < g_size && peer < 0; q++)
+        if (q != g_rank && !names_rank(msg, q)) peer = q;
+      use_after_failure(comm, r, peer >= 0 ? peer : (g_rank + 1) % g_size);
+      destroy_checked(comm);
+      int st = finish("chaos: peer loss reported, broken communicator behaved", 3);
+      sleep_ms(300); /* let the launcher reap the lost rank first: its status is the job's */
+      return st;
+    }
+    if (k <= 1 && !check_floats(names[k], b, n, want)) return 1;
+    if (it == 0) {
+      printf("FAULT_STARTED rank=%d\n", g_rank);
+      fflush(stdout);
+    }
+    if (mono_ms() - start > 120000) {
+      check_failed("no error after 120 s of operations: was no rank killed?");
+      return 1;
+    }
+  }
+}
+
 /* Test 5: a peer dies right after a barrier; the survivors' communicator
  * breaks, and stays broken. */
 static int scenario_deadpeer(kt_comm comm) {
@@ -425,7 +507,9 @@ static int scenario_timeout(kt_comm comm) {
  * sendfirst: ranks 0 and 1 both send 1 MiB to each other before receiving
  * (the others join a barrier); sendcycle: every rank sends 1 MiB to the next
  * before receiving from the previous. Over shared memory (ring of 256 KiB)
- * neither can complete: an error, not a wait until the timeout. */
+ * neither can complete: an error, not a wait until the timeout.
+ * sendfirstbig: sendfirst with 64 MiB, more than the socket buffers hold, for
+ * the same error over TCP. */
 static int scenario_mismatch(kt_comm comm) {
   const char *kind = arg("kind", "bcast");
   size_t count = 100, count1 = 100;
@@ -453,9 +537,9 @@ static int scenario_mismatch(kt_comm comm) {
     p2p = true;
     count1 = !strcmp(kind, "p2pcount") ? 101 : 100;
     if (!strcmp(kind, "p2pdtype")) dtype1 = KT_INT32;
-  } else if (!strcmp(kind, "sendfirst") || !strcmp(kind, "sendcycle")) {
+  } else if (!strcmp(kind, "sendfirst") || !strcmp(kind, "sendcycle") || !strcmp(kind, "sendfirstbig")) {
     cycle = true;
-    count = count1 = (size_t)1 << 18; /* 1 MiB of float32 */
+    count = count1 = (size_t)1 << (!strcmp(kind, "sendfirstbig") ? 24 : 18); /* 64 MiB, 1 MiB of float32 */
   } else {
     fprintf(stderr, "fault_prog mismatch: unknown kind=%s\n", kind);
     return 2;
@@ -465,7 +549,7 @@ static int scenario_mismatch(kt_comm comm) {
   const char *what;
   int64_t t0 = mono_ms();
   kt_result r;
-  bool pair = !strcmp(kind, "sendfirst");
+  bool pair = !strcmp(kind, "sendfirst") || !strcmp(kind, "sendfirstbig");
   if (cycle && (!pair || g_rank < 2)) {
     int to = pair ? 1 - g_rank : (g_rank + 1) % g_size;
     int from = pair ? 1 - g_rank : (g_rank + g_size - 1) % g_size;
@@ -824,6 +908,7 @@ int main(int argc, char **argv) {
   if (!strcmp(s, "abort")) return scenario_abort(comm);
   if (!strcmp(s, "graceful")) return scenario_graceful(comm);
   if (!strcmp(s, "late")) return scenario_late(comm);
+  if (!strcmp(s, "chaos")) return scenario_chaos(comm);
   fprintf(stderr, "fault_prog: unknown scenario '%s'\n", s);
   kt_comm_destroy(comm);
   return 2;
