@@ -266,6 +266,33 @@ static void expect_peer_failed(kt_result r, const char *msg, int victim) {
 
 /* ---- scenarios ---------------------------------------------------------- */
 
+/* After the error r (msg) that a lost peer caused: the broken-communicator
+ * checks (addressing point-to-point calls to a rank msg does not name, so a
+ * live one), destroy, and the survivor's exit status 3. */
+static int after_peer_loss(kt_comm comm, kt_result r, const char *msg, const char *what) {
+  int peer = -1;
+  for (int q = 0; q < g_size && peer < 0; q++)
+    if (q != g_rank && !names_rank(msg, q)) peer = q;
+  use_after_failure(comm, r, peer >= 0 ? peer : (g_rank + 1) % g_size);
+  destroy_checked(comm);
+  int st = finish(what, 3);
+  sleep_ms(300); /* let the launcher reap the lost rank first: its status is the job's */
+  return st;
+}
+
+/* dir/pid.<rank>: this rank's pid, for the script to kill or stop it. */
+static bool write_pid(const char *dir) {
+  char path[4096], tmp[4200];
+  snprintf(path, sizeof path, "%s/pid.%d", dir, g_rank);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
+    fprintf(stderr, "fault_prog rank %d: cannot write %s: %s\n", g_rank, path, strerror(errno));
+    return false;
+  }
+  return true;
+}
+
 /* Test 1: loop large allreduces until the script kills a rank. */
 static int scenario_killloop(kt_comm comm) {
   const char *dir = arg("dir", NULL);
@@ -274,14 +301,7 @@ static int scenario_killloop(kt_comm comm) {
     fprintf(stderr, "fault_prog killloop: dir= is required\n");
     return 2;
   }
-  char path[4096], tmp[4200];
-  snprintf(path, sizeof path, "%s/pid.%d", dir, g_rank);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
-    fprintf(stderr, "fault_prog rank %d: cannot write %s: %s\n", g_rank, path, strerror(errno));
-    return 2;
-  }
+  if (!write_pid(dir)) return 2;
   /* registered=1: buffers from kt_mem_alloc, so the allreduce runs single-copy
    * in the peers' memory when it is killed. */
   bool registered = arg_int("registered", 0) != 0;
@@ -302,15 +322,7 @@ static int scenario_killloop(kt_comm comm) {
         check_failed("expected KT_ERR_PEER_FAILED after a peer was killed, got %s: %s",
                      code_name(r, name, sizeof name), msg);
       }
-      int peer = -1;
-      for (int p = 0; p < g_size && peer < 0; p++)
-        if (p != g_rank && !names_rank(msg, p)) peer = p;
-      use_after_failure(comm, r, peer >= 0 ? peer : (g_rank + 1) % g_size);
-      destroy_checked(comm);
-      int st = finish("killloop: peer failure reported, broken communicator behaved", 3);
-      /* Let the launcher reap the killed rank first: its status is the job's. */
-      sleep_ms(300);
-      return st;
+      return after_peer_loss(comm, r, msg, "killloop: peer failure reported, broken communicator behaved");
     }
     if (it == 0) {
       if (!check_floats("first allreduce", out, count, want)) return 1;
@@ -338,14 +350,7 @@ static int scenario_chaos(kt_comm comm) {
     fprintf(stderr, "fault_prog chaos: dir= is required\n");
     return 2;
   }
-  char path[4096], tmp[4200];
-  snprintf(path, sizeof path, "%s/pid.%d", dir, g_rank);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
-    fprintf(stderr, "fault_prog rank %d: cannot write %s: %s\n", g_rank, path, strerror(errno));
-    return 2;
-  }
+  if (!write_pid(dir)) return 2;
   enum { MAXN = 1 << 18 };
   float *a = alloc_floats((size_t)MAXN * (size_t)g_size, (float)(g_rank + 1));
   float *b = alloc_floats((size_t)MAXN * (size_t)g_size, 0.0f);
@@ -383,14 +388,7 @@ static int scenario_chaos(kt_comm comm) {
       char msg[1024];
       snprintf(msg, sizeof msg, "%s", kt_last_error());
       report_error(names[k], r, msg, mono_ms() - t0);
-      int peer = -1;
-      for (int q = 0; q < g_size && peer < 0; q++)
-        if (q != g_rank && !names_rank(msg, q)) peer = q;
-      use_after_failure(comm, r, peer >= 0 ? peer : (g_rank + 1) % g_size);
-      destroy_checked(comm);
-      int st = finish("chaos: peer loss reported, broken communicator behaved", 3);
-      sleep_ms(300); /* let the launcher reap the lost rank first: its status is the job's */
-      return st;
+      return after_peer_loss(comm, r, msg, "chaos: peer loss reported, broken communicator behaved");
     }
     if (k <= 1 && !check_floats(names[k], b, n, want)) return 1;
     if (it == 0) {
