@@ -18,7 +18,7 @@ PYTHON ?= /usr/bin/python3
 # The PyTorch side runs from the source tree with this build's library.
 KT_PY_ENV = KAITIAN_LIBRARY=$(abspath $(BUILD))/libkaitian.so PYTHONPATH=$(CURDIR)/python PYTHON=$(PYTHON)
 
-.PHONY: all build demo demo-bench test test-release test-asan tsan install deps clean help conformance fuzz chaos
+.PHONY: all build demo demo-bench test test-release test-asan tsan install deps clean help conformance fuzz chaos soak
 
 all: build
 
@@ -30,6 +30,7 @@ help:
 	@echo "make tsan     run the suite under ThreadSanitizer"
 	@echo "make fuzz     every libFuzzer harness for FUZZ_SECONDS (default 600) each (tests/fuzz/)"
 	@echo "make chaos    TRIALS (default 100) jobs of each kind with a rank killed or stopped at random (tests/fault/chaos.sh)"
+	@echo "make soak     a long run on 4 ranks whose memory and descriptors must stay flat (tests/soak/soak.sh)"
 	@echo "make install  install to PREFIX=$(PREFIX) (library, header, kaitian, pkg-config, CMake package,"
 	@echo "              Python package torch_kaitian)"
 
@@ -85,6 +86,9 @@ fuzz: build
 TRIALS ?= 100
 chaos: build
 	sh tests/fault/chaos.sh $(BUILD)/kaitian $(BUILD)/tests/fault_prog $(TRIALS) 4
+
+soak: build
+	sh tests/soak/soak.sh $(BUILD)/kaitian $(BUILD)/tests/soak_prog 4
 
 tsan: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKT_SANITIZE_THREAD=ON
