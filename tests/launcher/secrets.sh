@@ -13,6 +13,15 @@
 #    2 ranks each.
 # Args: KAITIAN_CLI
 . "$(dirname "$0")/lib.sh" "$@"
+# The ranks' command lines carry no marker (they exec kaitian bench): on a
+# failure, stop the launchers, which stop and reap their ranks.
+LPIDS=""
+stop_launchers() {
+  for p in $LPIDS; do kill -TERM "$p" 2>/dev/null; done
+  for p in $LPIDS; do wait "$p" 2>/dev/null; done
+  cleanup
+}
+trap stop_launchers EXIT
 
 # rank program: record pid and secret, then a communicator that lives about
 # a second ($0: file prefix, $1: kaitian).
@@ -76,9 +85,11 @@ check_logs() {
 # 1. one node.
 KAITIAN_DEBUG=TRACE "$KT" run -n 3 sh -c "$RANK_SH" "$TMP/one" "$KT" >"$TMP/one.out" 2>"$TMP/one.err" &
 lp=$!
+LPIDS=$lp
 check_job one 3
 wait $lp
 expect_rc 0 $? "one node"
+LPIDS=""
 check_logs one
 echo "one node: secret on no command line, in no log line; shared memory unlinked and 0600"
 
@@ -90,6 +101,7 @@ for k in 1 0; do
   KAITIAN_DEBUG=TRACE KAITIAN_JOB_SECRET=$SECRET2 "$KT" run -n 2 --nnodes 2 --node-rank $k \
     --master "127.0.0.1:$port" sh -c "$RANK_SH" "$TMP/two" "$KT" >"$TMP/two.$k.out" 2>"$TMP/two.$k.err" &
   eval "lp$k=\$!"
+  LPIDS="$LPIDS $!"
 done
 check_job two 4
 [ "$secret" = "$SECRET2" ] || fail "two: the ranks got another secret than KAITIAN_JOB_SECRET"
@@ -97,6 +109,7 @@ wait $lp0
 expect_rc 0 $? "two nodes: node 0"
 wait $lp1
 expect_rc 0 $? "two nodes: node 1"
+LPIDS=""
 check_logs two
 echo "two nodes: secret on no command line, in no log line; shared memory unlinked and 0600"
 echo PASSED
