@@ -481,9 +481,14 @@ void kt__shm_wake(struct kt_comm_s *c) {
 
 /* ---- iterations ----------------------------------------------------------- */
 
+/* This rank shows activity on the communicator (see shm_slot.beat_ns). */
+static void mark_alive(kt__shm *s) {
+  atomic_store_explicit(&slot(s, s->me)->beat_ns, kt__now_ns(), memory_order_relaxed);
+}
+
 void kt__shm_op_begin(kt__exec *ex) {
   kt__shm *s = ex->comm->shm;
-  atomic_store_explicit(&slot(s, s->me)->beat_ns, kt__now_ns(), memory_order_relaxed);
+  mark_alive(s);
   kt__op_sig(ex->op, s->n, &s->cur);
   s->sig_checked = false;
 }
@@ -612,7 +617,7 @@ static kt_result wait_ready_or_stuck(kt__exec *ex, int r, uint64_t target, ready
     if (slow && stuck) KT_CHECK(stuck(ex, arg));
     if (slow) {
       next_slow = kt__now_ns() + SHM_LIVENESS_NS;
-      atomic_store_explicit(&slot(s, s->me)->beat_ns, kt__now_ns(), memory_order_relaxed);
+      mark_alive(s);
     }
     atomic_fetch_add_explicit(&s->hdr->nwaiters, 1, memory_order_seq_cst);
     uint32_t g = atomic_load_explicit(&s->hdr->gen, memory_order_seq_cst);

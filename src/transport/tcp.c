@@ -43,7 +43,7 @@ struct hello {
   uint32_t magic;
   uint32_t kind;
   int32_t rank;
-  uint32_t pad;
+  uint32_t lane; /* CONN_DATA: which of the pair's data connections */
   uint64_t token;
 };
 
@@ -951,14 +951,14 @@ static kt_result accept_all(struct kt_comm_s *c, int64_t deadline) {
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     if (kt__read_full(fd, &h, sizeof h) != 0 || h.magic != HELLO_MAGIC || h.token != t->token ||
         h.rank <= c->rank || h.rank >= c->size || (h.kind != CONN_DATA && h.kind != CONN_CTRL) ||
-        (h.kind == CONN_DATA && h.pad >= (uint32_t)t->peers[h.rank].nlanes)) {
+        (h.kind == CONN_DATA && h.lane >= (uint32_t)t->peers[h.rank].nlanes)) {
       KT_WARN("rank %d: dropped a connection that is not a peer of this communicator", c->rank);
       close(fd);
       continue;
     }
     tv = (struct timeval){0, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    int *slot = h.kind == CONN_DATA ? &t->peers[h.rank].lane[h.pad].fd : &t->peers[h.rank].ctrl_fd;
+    int *slot = h.kind == CONN_DATA ? &t->peers[h.rank].lane[h.lane].fd : &t->peers[h.rank].ctrl_fd;
     if (*slot >= 0) {
       KT_WARN("rank %d: duplicate connection from rank %d dropped", c->rank, h.rank);
       close(fd);
