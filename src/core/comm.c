@@ -228,7 +228,10 @@ exit:
  * span hosts (KAITIAN_TRANSPORT=auto). */
 static kt_result setup_transports(struct kt_comm_s *c, const kt__tcp_addr *all) {
   if (c->size < 2 || strcmp(kt__param_TRANSPORT(), "tcp") == 0) return KT_SUCCESS;
-  return c->all_local ? kt__shm_setup(c) : setup_hierarchy(c, all);
+  if (!c->all_local) return setup_hierarchy(c, all);
+  uint64_t owed = 0; /* room the ranks' other communicators counted and have not taken yet */
+  for (int r = 0; r < c->size; r++) owed += all[r].shm_owed;
+  return kt__shm_setup(c, owed);
 }
 
 kt_result kt_comm_init(kt_comm *comm, int rank, int size, kt_store store, const kt_config *config) {
@@ -276,6 +279,7 @@ static kt_result connect_through_store(struct kt_comm_s *c, kt_store store) {
   int lfd = -1;
   char key[320];
   KT_CHECK(kt__tcp_listen(c->rank, c->size, 1, &me, &lfd));
+  me.shm_owed = kt__shm_owed();
   KT_CHECK(kt__tcp_create(c, lfd)); /* owns lfd from here */
   all = kt__calloc((size_t)c->size, sizeof *all); /* freed at exit */
   if (!all) return KT_ERR_NO_MEMORY;
@@ -396,8 +400,10 @@ static kt_result comm_split(kt_comm comm, int color, int key, int share, kt_comm
   mine.rank = comm->rank;
   int lfd = -1;
   struct kt_comm_s *c = NULL;
-  if (color != KT_SPLIT_NOCOLOR)
+  if (color != KT_SPLIT_NOCOLOR) {
     KT_CHECK_GOTO(kt__tcp_listen(comm->rank, comm->size, share, &mine.addr, &lfd), res, exit);
+    mine.addr.shm_owed = kt__shm_owed();
+  }
   /* Everyone takes part in the exchange, including ranks without a color. */
   KT_CHECK_GOTO(kt_allgather(&mine, recs, sizeof mine, KT_UINT8, comm), res, exit);
   uint64_t seq = ++comm->split_seq;
@@ -423,9 +429,16 @@ static kt_result comm_split(kt_comm comm, int color, int key, int share, kt_comm
   c = NULL;
 exit:
   if (lfd >= 0) close(lfd);
-  if (c) comm_free(c);
-  free(recs);
   if (res != KT_SUCCESS) kt__error_prefix("rank %d: kt_comm_split: ", comm->rank);
+  if (c) {
+    /* As in kt_comm_init: peers still setting up learn why at once. */
+    char msg[sizeof c->broken_msg];
+    kt__error_copy(msg, sizeof msg);
+    atomic_store(&c->broken, (int)res);
+    kt__tcp_broadcast_abort(c, msg);
+    comm_free(c);
+  }
+  free(recs);
   return res;
 }
 

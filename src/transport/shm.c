@@ -241,24 +241,42 @@ static kt_result setup_check_peers(struct kt_comm_s *c) {
   return kt__net_check_peers(&ex);
 }
 
+/* Bytes of /dev/shm that this process's communicators counted for their
+ * rings (each rank's n - 1 rings to its peers, reserved only when first
+ * used) and have not reserved yet. Every rank publishes it when a
+ * communicator is made, and the creator of the new segment leaves that room
+ * free: a later communicator cannot take the pages an earlier one counted on,
+ * which would make the earlier one's first send/recv fail. */
+static _Atomic uint64_t owed_bytes;
+
+uint64_t kt__shm_owed(void) { return atomic_load(&owed_bytes); }
+
 /* Default sizes (the variables unset) shrink, by halving, until the whole
  * segment (every region and every ring, although rings are reserved only
- * when used) takes at most 3/4 of what /dev/shm has free: a container's
- * small /dev/shm then costs speed on large messages, not the job. Sizes a
- * user set are kept; if they do not fit, reserving fails with a clear error.
- * Returns the free bytes it found (0: not measured, sizes kept). */
-static uint64_t fit_sizes(int fd, int n, size_t *region, size_t *p2p) {
+ * when used) takes at most 3/4 of what /dev/shm has free beyond the owed
+ * bytes of the ranks' other communicators: a container's small /dev/shm then
+ * costs speed on large messages, not the job. Sizes a user set are kept; if
+ * they do not fit, reserving fails with a clear error. Returns the free
+ * bytes it found (0: not measured, sizes kept); *fits is false when even the
+ * smallest sizes need more than what is free and not owed. */
+static uint64_t fit_sizes(int fd, int n, uint64_t owed, size_t *region, size_t *p2p, bool *fits) {
   bool fit_region = !kt__param_set_SHM_CHUNK_BYTES(), fit_p2p = !kt__param_set_SHM_P2P_BYTES();
   struct statvfs v;
+  *fits = true;
   if ((!fit_region && !fit_p2p) || fstatvfs(fd, &v) != 0) return 0;
-  uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize, budget = avail / 4 * 3;
+  uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize, room = avail > owed ? avail - owed : 0;
+  uint64_t budget = room / 4 * 3;
   for (;;) {
     uint64_t regions = (uint64_t)n * 4 * *region, rings = (uint64_t)n * (uint64_t)(n - 1) * *p2p;
-    if (data_offset(n) + regions + rings <= budget) break;
+    uint64_t need = data_offset(n) + regions + rings;
+    if (need <= budget) break;
     bool can_r = fit_region && *region > SHM_MIN_REGION, can_p = fit_p2p && *p2p > SHM_MIN_P2P;
     if (can_r && (regions >= rings || !can_p)) *region /= 2;
     else if (can_p) *p2p /= 2;
-    else break; /* as small as allowed: reserving says whether it fits */
+    else { /* as small as allowed */
+      *fits = need <= room;
+      break;
+    }
   }
   return avail;
 }
@@ -269,8 +287,8 @@ static uint64_t fit_sizes(int fd, int n, size_t *region, size_t *p2p) {
  * other shrink is logged at INFO. */
 static _Atomic int shrink_warned;
 
-static void warn_shrunk(const struct kt_comm_s *c, uint64_t avail, size_t region, size_t region0, size_t p2p,
-                        size_t p2p0, int n) {
+static void warn_shrunk(const struct kt_comm_s *c, uint64_t avail, uint64_t owed, size_t region, size_t region0,
+                        size_t p2p, size_t p2p0, int n) {
   if (region == region0 && p2p == p2p0) return;
   const char *job_rank = getenv("RANK");
   bool job_rank0 = !job_rank || !*job_rank || !strcmp(job_rank, "0");
@@ -283,14 +301,52 @@ static void warn_shrunk(const struct kt_comm_s *c, uint64_t avail, size_t region
   if (p2p != p2p0 && k >= 0 && (size_t)k < sizeof what)
     snprintf(what + k, sizeof what - (size_t)k, "%spoint-to-point rings of %zu KiB instead of %zu KiB "
              "(KAITIAN_SHM_P2P_BYTES)", k ? " and " : "", p2p >> 10, p2p0 >> 10);
+  char owing[160] = "";
+  if (owed)
+    snprintf(owing, sizeof owing, " (%.1f MiB of it kept for the rings of this job's other communicators here)",
+             (double)owed / (1 << 20));
   KT_LOG_AT(level,
             "rank %d: /dev/shm has %.1f MiB free, too little for the shared memory of %d ranks with the default "
-            "sizes: %s; large messages move in smaller pieces. Give /dev/shm more room (docker run --shm-size, a "
+            "sizes%s: %s; large messages move in smaller pieces. Give /dev/shm more room (docker run --shm-size, a "
             "Kubernetes emptyDir with medium Memory), or set the sizes with those variables",
-            c->rank, (double)avail / (1 << 20), n, what);
+            c->rank, (double)avail / (1 << 20), n, owing, what);
 }
 
-kt_result kt__shm_setup(struct kt_comm_s *c) {
+/* Reserve the pages I write (my regions) myself: they come from my NUMA
+ * node, since `kaitian run` binds ranks to CPUs, and the readers' side of
+ * every transfer is the only remote one. Reserving them now makes a /dev/shm
+ * too small for the segment an error here, not a SIGBUS in the middle of an
+ * operation. */
+static kt_result reserve_regions(struct kt_comm_s *c, int fd, shm_hdr *h, const char *name, size_t region) {
+  int n = c->size;
+  int fe = posix_fallocate(fd, (off_t)(data_offset(n) + (size_t)c->rank * 4 * region), (off_t)(4 * region));
+  if (fe == 0) return KT_SUCCESS;
+  kt_result res = kt__err(KT_ERR_SYSTEM,
+                          "rank %d: cannot reserve its %zu bytes of shared memory %s (%zu bytes for all %d ranks): "
+                          "%s " SEGMENT_HINT,
+                          c->rank, 4 * region, name, rings_offset(n, region), n, strerror(fe));
+  record_failure(h, c->rank, res, kt_last_error()); /* the others stop waiting, with my reason */
+  return res;
+}
+
+/* A communicator that does not fit beside the room the job's others keep
+ * runs over TCP; warned once per job like a shrink (which it follows). */
+static _Atomic int no_room_warned;
+
+static void warn_no_room(const struct kt_comm_s *c, uint64_t avail, uint64_t owed, size_t bytes, int n) {
+  const char *job_rank = getenv("RANK");
+  bool job_rank0 = !job_rank || !*job_rank || !strcmp(job_rank, "0");
+  int level = job_rank0 && atomic_exchange(&no_room_warned, 1) == 0 ? KT_LOG_WARN : KT_LOG_INFO;
+  KT_LOG_AT(level,
+            "rank %d: /dev/shm has %.2f MiB free and %.2f MiB of it is kept for the rings of this job's other "
+            "communicators on this host: too little for the shared memory of a communicator of %d ranks (%.2f MiB "
+            "at the smallest sizes). This communicator's ranks on this host use TCP instead (slower). Give /dev/shm more "
+            "room (docker run --shm-size, a Kubernetes emptyDir with medium Memory), or make the other "
+            "communicators smaller (KAITIAN_SHM_CHUNK_BYTES, KAITIAN_SHM_P2P_BYTES)",
+            c->rank, (double)avail / (1 << 20), (double)owed / (1 << 20), n, (double)bytes / (1 << 20));
+}
+
+kt_result kt__shm_setup(struct kt_comm_s *c, uint64_t owed) {
   kt_result res = KT_SUCCESS;
   char name[128];
   segment_name(c, name, sizeof name);
@@ -300,12 +356,19 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
   size_t p2p = ((size_t)KT_MAX(kt__param_SHM_P2P_BYTES(), 4096) + 4095) & ~(size_t)4095;
   size_t bytes = 0;
   int64_t deadline = kt__now_ns() + kt__param_CONNECT_TIMEOUT() * 1000000;
-  bool leader = c->rank == 0;
+  bool leader = c->rank == 0, none = false; /* none: no room, TCP instead */
   int fd = -1;
   void *base = MAP_FAILED;
   kt__shm *s = kt__calloc(1, sizeof *s); /* freed by kt__shm_close or below */
   if (!s) return KT_ERR_NO_MEMORY;
   s->fd = -1;
+  /* Before anything is shared: a rank that fails here fails like one whose
+   * TCP setup failed (its peers read its reason on their control sockets). */
+  s->ring_reserved = kt__calloc((size_t)n, sizeof *s->ring_reserved);
+  if (!s->ring_reserved) {
+    free(s);
+    return KT_ERR_NO_MEMORY;
+  }
 
   if (leader) {
     fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -318,8 +381,15 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
     /* The sizes are the creator's, published in the header: every rank
      * uses them, whatever its own environment says. */
     size_t region0 = region, p2p0 = p2p;
-    uint64_t avail = fit_sizes(fd, n, &region, &p2p);
+    bool fits = true;
+    uint64_t avail = fit_sizes(fd, n, owed, &region, &p2p, &fits);
     bytes = segment_bytes(n, region, p2p);
+    if (!fits && owed) { /* only the header: it tells the others */
+      warn_no_room(c, avail, owed, bytes, n);
+      none = true;
+      region = p2p = 0;
+      bytes = segment_bytes(n, 0, 0);
+    }
     /* The header, the slots and the ring heads now; each rank reserves its
      * own regions below, and each ring when it first sends through it. */
     int fe = ftruncate(fd, (off_t)bytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)data_offset(n));
@@ -328,12 +398,17 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
                     c->rank, bytes, name, strerror(fe ? fe : errno));
       goto fail;
     }
-    warn_shrunk(c, avail, region, region0, p2p, p2p0, n);
+    if (!none) warn_shrunk(c, avail, owed, region, region0, p2p, p2p0, n);
     shm_hdr *h = base;
     h->nlocal = (uint32_t)n;
     h->region = region;
     h->p2p = p2p;
     h->bytes = bytes;
+    /* Mine before the others can start on theirs: where /dev/shm has room
+     * for the leader's part and not a second rank's, the leader gets it and
+     * the other rank runs out alone, so every rank names the same culprit
+     * (before, both could run out at once, each with only its own error). */
+    if (!none && (res = reserve_regions(c, fd, h, name, region)) != KT_SUCCESS) goto fail;
     atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
   } else {
     /* The leader may not have created it yet: retry until it has. Its one
@@ -382,19 +457,8 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
     }
   }
   shm_hdr *h = base;
-  /* Reserve the pages I write (my regions) myself: they come from my NUMA
-   * node, since `kaitian run` binds ranks to CPUs, and the readers' side of
-   * every transfer is the only remote one. Reserving them now makes a
-   * /dev/shm too small for the segment an error here, not a SIGBUS in the
-   * middle of an operation. */
-  int fe = posix_fallocate(fd, (off_t)(data_offset(n) + (size_t)c->rank * 4 * region), (off_t)(4 * region));
-  if (fe != 0) {
-    res = kt__err(KT_ERR_SYSTEM, "rank %d: cannot reserve its %zu bytes of shared memory %s (%zu bytes for all %d ranks): %s "
-                  SEGMENT_HINT,
-                  c->rank, 4 * region, name, rings_offset(n, region), n, strerror(fe));
-    record_failure(h, c->rank, res, kt_last_error()); /* the others stop waiting, with my reason */
-    goto fail;
-  }
+  none = region == 0;
+  if (!leader && !none && (res = reserve_regions(c, fd, h, name, region)) != KT_SUCCESS) goto fail;
   publish_cpus(slot_at(base, c->rank));
   atomic_store_explicit(&slot_at(base, c->rank)->beat_ns, kt__now_ns(), memory_order_relaxed);
   atomic_fetch_add(&h->mapped, 1);
@@ -421,6 +485,14 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
     usleep(100);
   }
   if (leader) shm_unlink(name);
+  if (none) { /* c->shm stays NULL: TCP, as with KAITIAN_TRANSPORT=tcp */
+    munmap(base, bytes);
+    close(fd);
+    free(s->ring_reserved);
+    free(s);
+    KT_INFO("rank %d: shared memory %s: no room in /dev/shm; this communicator uses TCP", c->rank, name);
+    return KT_SUCCESS;
+  }
   s->base = base;
   s->bytes = bytes;
   s->hdr = h;
@@ -431,11 +503,7 @@ kt_result kt__shm_setup(struct kt_comm_s *c) {
   s->chans = (chan *)((char *)base + chans_offset(n));
   s->rings = (char *)base + rings_offset(n, region);
   s->p2p = p2p;
-  s->ring_reserved = calloc((size_t)n, sizeof *s->ring_reserved);
-  if (!s->ring_reserved) {
-    res = kt__err(KT_ERR_NO_MEMORY, "rank %d: out of memory setting up shared memory", c->rank);
-    goto fail; /* the others find this rank gone at their first wait */
-  }
+  atomic_fetch_add(&owed_bytes, (uint64_t)(n - 1) * p2p); /* my rings, until reserved */
   int ncpu = local_cpus(base, n);
   s->oversubscribed = ncpu > 0 && n > ncpu;
   s->spin_ns = kt__param_SHM_SPIN_NS();
@@ -449,6 +517,7 @@ fail:
   if (base != MAP_FAILED) munmap(base, bytes);
   if (fd >= 0) close(fd);
   if (leader) shm_unlink(name);
+  free(s->ring_reserved);
   free(s);
   return res;
 }
@@ -458,6 +527,8 @@ void kt__shm_close(struct kt_comm_s *c) {
   for (int i = 0; c->shm->maps && i < c->shm->n * SHM_MAPS; i++)
     if (c->shm->maps[i].base) munmap(c->shm->maps[i].base, c->shm->maps[i].len);
   free(c->shm->maps);
+  for (int r = 0; r < c->shm->n; r++)
+    if (r != c->shm->me && !c->shm->ring_reserved[r]) atomic_fetch_sub(&owed_bytes, c->shm->p2p);
   free(c->shm->ring_reserved);
   if (c->shm->fd >= 0) close(c->shm->fd);
   munmap(c->shm->base, c->shm->bytes);
@@ -808,6 +879,7 @@ static kt_result reserve_ring(kt__exec *ex, int dst) {
                    "KAITIAN_SHM_P2P_BYTES sizes the rings; KAITIAN_TRANSPORT=tcp needs none)",
                    s->p2p, kt__rank_label(ex->comm, dst), strerror(fe));
   s->ring_reserved[dst] = true;
+  atomic_fetch_sub(&owed_bytes, s->p2p);
   return KT_SUCCESS;
 }
 

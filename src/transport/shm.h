@@ -24,8 +24,13 @@
 typedef struct kt__shm kt__shm;
 
 /* Set up the segment among the ranks of c (all on this host; c->size >= 2)
- * after the TCP mesh exists. On failure nothing is left in /dev/shm. */
-KT_INTERNAL kt_result kt__shm_setup(struct kt_comm_s *c);
+ * after the TCP mesh exists; owed: the sum of kt__shm_owed() over its ranks
+ * (room the new segment must leave free). On failure nothing is left in
+ * /dev/shm. */
+KT_INTERNAL kt_result kt__shm_setup(struct kt_comm_s *c, uint64_t owed);
+/* Bytes of /dev/shm this process's communicators counted for their
+ * point-to-point rings and have not reserved yet. */
+KT_INTERNAL uint64_t kt__shm_owed(void);
 KT_INTERNAL void kt__shm_close(struct kt_comm_s *c);
 /* Record a failure in the segment so local peers fail at once too. */
 KT_INTERNAL void kt__shm_fail(struct kt_comm_s *c, kt_result r, const char *msg);

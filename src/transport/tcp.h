@@ -14,6 +14,7 @@ typedef struct kt__tcp_addr {
   int32_t lanes; /* its KAITIAN_NSOCKS */
   char host[64];
   char hostid[104]; /* hostname/boot id: ranks with equal ids share a host */
+  uint64_t shm_owed; /* kt__shm_owed() when it was made (set by the caller) */
 } kt__tcp_addr;
 
 /* Open a listening socket on the chosen interface and describe it in *me

@@ -25,7 +25,7 @@ kt_launcher_test(env_docs 30 env_docs.sh ${KT_CLI} ${PROJECT_SOURCE_DIR}/docs/en
 kt_launcher_test(bind 60 bind.sh ${KT_CLI})
 kt_launcher_test(devices 120 devices.sh ${KT_CLI})
 kt_launcher_test(shm_cleanup 60 shm_cleanup.sh ${KT_CLI})
-kt_launcher_test(shm_small 60 shm_small.sh ${KT_CLI})
+kt_launcher_test(shm_small 60 shm_small.sh ${KT_CLI} $<TARGET_FILE:fault_prog>)
 set_tests_properties(launcher_shm_small PROPERTIES SKIP_RETURN_CODE 77)
 # Its ranks are Python programs loading the library: not in sanitizer builds.
 kt_launcher_test(shm_linger 60 shm_linger.sh ${KT_CLI})

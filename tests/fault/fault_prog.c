@@ -12,6 +12,10 @@
  *   late       [sleep_ms=T]              ranks late by T ms to the same operations
  *   chaos      dir=D seed=S               a random mix of collectives and sizes (the
  *                                         same on every rank) until a peer is lost
+ *   comms      [count=N] [bytes=B]        N communicators (the job's and N-1 split
+ *                                         off it) made first, then a checked ring
+ *                                         of sendrecvs of B bytes on each, newest
+ *                                         first: the first use of each one's rings
  * Unknown keys (the scripts pass mark=<unique marker>, to find leftover
  * processes by their command line) are ignored.
  *
@@ -882,6 +886,58 @@ static int scenario_graceful(kt_comm comm) {
   return finish("graceful: p2p survived a third rank's exit", 0);
 }
 
+/* Every communicator made before any of them sends: the point-to-point
+ * rings of the first are reserved last, after the others took their room. */
+static int scenario_comms(kt_comm comm) {
+  int count = (int)arg_int("count", 3);
+  size_t bytes = (size_t)arg_int("bytes", 65536);
+  if (count < 1 || count > 64 || bytes < 1) {
+    fprintf(stderr, "fault_prog comms: count must be 1-64 and bytes positive\n");
+    return 2;
+  }
+  kt_comm comms[64] = {comm};
+  unsigned char *sb = malloc(bytes), *rb = malloc(bytes);
+  if (!sb || !rb) return 2;
+  int made = 1, status = 0;
+  kt_result r = KT_SUCCESS;
+  char name[64];
+  for (; made < count && r == KT_SUCCESS; made++) {
+    r = kt_comm_split(comm, 0, g_rank, &comms[made]);
+    if (r != KT_SUCCESS) {
+      fprintf(stderr, "FAULT_ERROR rank=%d t_ms=%lld elapsed_ms=0 code=%s msg=communicator %d: %s\n", g_rank,
+              (long long)realtime_ms(), code_name(r, name, sizeof name), made, kt_last_error());
+      status = 1;
+    }
+  }
+  if (r != KT_SUCCESS) made--;
+  int next = (g_rank + 1) % g_size, prev = (g_rank + g_size - 1) % g_size;
+  for (int i = made - 1; i >= 0 && status == 0; i--) {
+    for (size_t k = 0; k < bytes; k++) sb[k] = (unsigned char)(g_rank * 31 + i * 7 + k);
+    memset(rb, 0, bytes);
+    r = kt_sendrecv(sb, bytes, next, rb, bytes, prev, KT_UINT8, 5, comms[i]);
+    if (r != KT_SUCCESS) {
+      fprintf(stderr, "FAULT_ERROR rank=%d t_ms=%lld elapsed_ms=0 code=%s msg=communicator %d of %d: %s\n", g_rank,
+              (long long)realtime_ms(), code_name(r, name, sizeof name), i, made, kt_last_error());
+      status = 1;
+      break;
+    }
+    for (size_t k = 0; k < bytes; k++)
+      if (rb[k] != (unsigned char)(prev * 31 + i * 7 + k)) {
+        check_failed("communicator %d: byte %zu from rank %d is %u, expected %u", i, k, prev, rb[k],
+                     (unsigned char)(prev * 31 + i * 7 + k));
+        break;
+      }
+  }
+  for (int i = made - 1; i >= 1; i--) kt_comm_destroy(comms[i]);
+  kt_comm_destroy(comm);
+  free(sb);
+  free(rb);
+  if (status) return status;
+  char what[64];
+  snprintf(what, sizeof what, "comms count=%d", made);
+  return finish(what, 0);
+}
+
 int main(int argc, char **argv) {
   g_argc = argc;
   g_argv = argv;
@@ -907,6 +963,7 @@ int main(int argc, char **argv) {
   if (!strcmp(s, "graceful")) return scenario_graceful(comm);
   if (!strcmp(s, "late")) return scenario_late(comm);
   if (!strcmp(s, "chaos")) return scenario_chaos(comm);
+  if (!strcmp(s, "comms")) return scenario_comms(comm);
   fprintf(stderr, "fault_prog: unknown scenario '%s'\n", s);
   kt_comm_destroy(comm);
   return 2;

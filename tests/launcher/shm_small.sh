@@ -7,9 +7,12 @@
 #    init fails naming /dev/shm and the variables, never a SIGBUS later;
 #  - a point-to-point ring is reserved when first used: no room for it is an
 #    error of that op, naming the ring, and the peer stops at once;
-#  - with KAITIAN_TRANSPORT=tcp the job needs no /dev/shm at all.
+#  - with KAITIAN_TRANSPORT=tcp the job needs no /dev/shm at all;
+#  - a job's later communicators leave the room its earlier ones counted for
+#    their rings (they shrink, or fail at creation naming it), so no
+#    send/recv of an earlier one fails later for want of it (with FAULT_PROG).
 # Skipped (77) where a mount namespace cannot be made (needs root).
-# Args: KAITIAN_CLI
+# Args: KAITIAN_CLI [FAULT_PROG]
 . "$(dirname "$0")/lib.sh" "$@"
 
 need_mount_ns
@@ -46,7 +49,9 @@ expect_grep 'No space left on device \(is /dev/shm large enough\? KAITIAN_SHM_CH
 
 # 3. Sizes the user set are kept: room for one rank's part of the segment
 # (4 MiB each) but not for both. The rank that runs out reports it, the other
-# stops at once with that rank's reason instead of waiting for it.
+# stops at once with that rank's reason instead of waiting for it. (Rank 0
+# reserves its part before the others start on theirs: before, both could run
+# out at once, each naming only itself.)
 t0=$(now_ms)
 with_shm 6m env KAITIAN_SHM_CHUNK_BYTES=1048576 KAITIAN_SHM_P2P_BYTES=262144 \
   "$KT" run -n 2 "$KT" bench -C allreduce -b 8 -e 1K -n 2 -w 0 -c 1 >"$TMP/out" 2>"$TMP/err"
@@ -84,5 +89,33 @@ expect_grep 'cannot reserve the 1048576-byte shared-memory ring to rank [01]: No
 with_shm 2m env KAITIAN_TRANSPORT=tcp "$KT" run -n 2 "$KT" bench -C allreduce -b 8 -e 1K -n 2 -w 0 -c 1 \
   >"$TMP/out" 2>"$TMP/err"
 expect_rc 0 $? "the same job over TCP"
+# 6. Three communicators made first (the job's and two split off it), then a
+# send/recv on each, newest first: the first one's rings are reserved last.
+# In 8 MiB the second and third used to take the room the first had counted
+# for its rings, and its send/recv failed ("cannot reserve the 262144-byte
+# shared-memory ring"); now each leaves the others' room and shrinks.
+FAULT=${2:-}
+if [ -n "$FAULT" ]; then
+  with_shm 8m env KAITIAN_DEBUG=INFO "$KT" run -n 2 "$FAULT" comms count=3 bytes=65536 "mark=$MARK" \
+    >"$TMP/out" 2>"$TMP/err"
+  expect_rc 0 $? "three communicators in 8 MiB, their rings used newest first"
+  no_sigbus "three communicators"
+  [ "$(grep -c 'FAULT_OK rank=[01] comms count=3' "$TMP/out")" = 2 ] ||
+    fail "not both ranks checked all three communicators: $(cat "$TMP/out" "$TMP/err")"
+  expect_grep 'MiB of it kept for the rings of this job.s other communicators here' "$TMP/err" \
+    "a later communicator says (at INFO) it left room for the earlier ones' rings"
+  # 7. A fourth and a fifth do not fit beside the room the first three keep:
+  # they run over TCP, with a warning that says why, and every send/recv of
+  # all five works.
+  with_shm 8m "$KT" run -n 2 "$FAULT" comms count=5 bytes=65536 "mark=$MARK" >"$TMP/out" 2>"$TMP/err"
+  expect_rc 0 $? "five communicators in 8 MiB, the last two over TCP"
+  no_sigbus "five communicators"
+  [ "$(grep -c 'FAULT_OK rank=[01] comms count=5' "$TMP/out")" = 2 ] ||
+    fail "not both ranks checked all five communicators: $(cat "$TMP/out" "$TMP/err")"
+  expect_grep 'rank 0: /dev/shm has [0-9.]+ MiB free and [0-9.]+ MiB of it is kept for the rings of this job.s other communicators on this host: too little for the shared memory of a communicator of 2 ranks .* use TCP instead' \
+    "$TMP/err" "the creator says why a communicator runs over TCP"
+  [ "$(grep -c 'use TCP instead' "$TMP/err")" = 1 ] || fail "the TCP warning is not printed once per job: $(cat "$TMP/err")"
+  grep -q 'cannot reserve the .*ring' "$TMP/err" && fail "a ring could not be reserved: $(cat "$TMP/err")"
+fi
 rm -rf "$TMP"
 echo "PASS shm_small"
