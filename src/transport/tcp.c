@@ -30,7 +30,7 @@
 #define HELLO_MAGIC 0x4B544845u
 #define CTRL_MAGIC 0x4B544354u
 enum { CONN_DATA = 1, CONN_CTRL = 2 };
-enum { CTRL_BYE = 1, CTRL_ABORT = 2, CTRL_STATUS = 3, CTRL_SENDWAIT = 4 };
+enum { CTRL_BYE = 1, CTRL_ABORT = 2, CTRL_STATUS = 3, CTRL_SENDWAIT = 4, CTRL_PROBE = 5 };
 
 /* A send-wait notice: the sender's message number msg to the receiver (its
  * place in the pair's issue order, from 0), of len bytes, has made no progress
@@ -38,6 +38,30 @@ enum { CTRL_BYE = 1, CTRL_ABORT = 2, CTRL_STATUS = 3, CTRL_SENDWAIT = 4 };
 struct sendwait {
   uint64_t msg, len;
 };
+
+/* A cycle probe: sends that wait for each other around a cycle of three or
+ * more ranks (a pair is the send-wait notice's case). A rank whose kt_send
+ * has stalled sends one to its receiver (pass 1, hop[0] itself); a receiver
+ * stalled in its own kt_send adds itself and passes it on to its receiver,
+ * until it comes back to the rank that began it. That rank, still stalled
+ * with nothing moved, sends it around once more (pass 2): each rank checks
+ * that its send has not moved either since pass 1. When it comes back again,
+ * every send of the cycle stood still over one common moment, while each
+ * waited for the next rank, which was sending: none of them can complete. */
+#define PROBE_HOPS 16
+struct probe_hop {
+  int32_t rank;
+  uint32_t pad;
+  uint64_t msg, done; /* its stalled send: message number to the next rank, bytes moved */
+};
+struct probe {
+  uint32_t pass; /* 1 or 2 */
+  uint32_t hops; /* entries of hop[] in use (pass 1: so far) */
+  uint32_t at;   /* pass 2: index of the hop it goes to (hops: back to hop[0]) */
+  uint32_t pad;
+  struct probe_hop hop[PROBE_HOPS];
+};
+#define PROBE_BYTES(n) (offsetof(struct probe, hop) + (size_t)(n) * sizeof(struct probe_hop))
 
 struct hello {
   uint32_t magic;
@@ -102,7 +126,8 @@ struct kt__tcp {
   kt__sig hist[KT_TCP_HIST];      /* recent collectives, by seq % KT_TCP_HIST */
   int64_t next_status_ns;         /* when the op in progress sends its next status notice */
   int64_t status_gap_ns;
-  int64_t sendwait_ns;            /* when a stalled kt_send tells its receiver (CTRL_SENDWAIT) */
+  int64_t sendwait_ns;            /* when a stalled kt_send tells its receiver (CTRL_SENDWAIT, CTRL_PROBE) */
+  int64_t sendwait_gap_ns;
 };
 
 /* ---- headers ------------------------------------------------------------ */
@@ -138,6 +163,7 @@ static const char *coll_name_safe(uint16_t c) {
 
 static kt_result handle_ctrl(kt__exec *ex, int peer);
 static void send_ctrl_bytes(int fd, uint32_t type, kt_result code, const void *data, size_t len);
+static bool ctrl_backlogged(int fd);
 
 /* A data connection failed. A peer that breaks a connection without a
  * goodbye has usually failed itself because a third rank died, and has said so
@@ -443,6 +469,85 @@ static kt_result check_sendwait(kt__exec *ex, int peer, const struct sendwait *w
                  kt__rank_label(c, c->rank));
 }
 
+/* Is this rank's op a kt_send whose message to its receiver cannot move now
+ * (the socket buffers are full)? Then *to, *msg and *done describe it. */
+static kt_result stalled_send(kt__exec *ex, bool *stalled, int *to, uint64_t *msg, uint64_t *done) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm;
+  *stalled = false;
+  if (!op || op->coll != KT_COLL_SEND || op->root < 0 || op->root >= c->tcp->nranks || op->root == c->rank)
+    return KT_SUCCESS;
+  struct peer *p = &c->tcp->peers[op->root];
+  bool moved = false;
+  for (int l = 0; l < p->nlanes; l++)
+    if (p->lane[l].scur) KT_CHECK(advance_sends(ex, op->root, l, &moved));
+  if (!p->sq_head || moved) return KT_SUCCESS;
+  *stalled = true;
+  *to = op->root;
+  *msg = p->sq_head->msg;
+  *done = p->sq_head->done;
+  return KT_SUCCESS;
+}
+
+static void send_probe(struct kt_comm_s *c, int to, const struct probe *pr) {
+  struct peer *p = &c->tcp->peers[to];
+  if (p->ctrl_fd >= 0 && !ctrl_backlogged(p->ctrl_fd))
+    send_ctrl_bytes(p->ctrl_fd, CTRL_PROBE, KT_SUCCESS, pr, PROBE_BYTES(pr->hops));
+}
+
+/* A cycle probe from peer (see struct probe): pass it on, start its second
+ * pass, or, back for the second time, report the cycle. Anything that does
+ * not fit (a send moved, a rank not stalled, a malformed probe) drops it. */
+static kt_result handle_probe(kt__exec *ex, int peer, struct probe *pr) {
+  struct kt_comm_s *c = ex->comm;
+  uint32_t n = pr->hops;
+  if (n < 1 || n > PROBE_HOPS || (pr->pass != 1 && pr->pass != 2)) return KT_SUCCESS;
+  for (uint32_t i = 0; i < n; i++)
+    if (pr->hop[i].rank < 0 || pr->hop[i].rank >= c->tcp->nranks) return KT_SUCCESS;
+  bool mine = pr->hop[0].rank == c->rank; /* I began it: it is coming back */
+  uint32_t k = pr->pass == 1 ? (mine ? 0 : n) : (pr->at == n ? 0 : pr->at); /* my hop */
+  uint32_t up = pr->pass == 1 || k == 0 ? n - 1 : k - 1;                      /* the sender's hop */
+  if ((pr->pass == 2 && (pr->at < 1 || pr->at > n || pr->hop[k].rank != c->rank)) || (mine && k != 0) ||
+      pr->hop[up].rank != peer)
+    return KT_SUCCESS;
+  /* The sender waits on a message this rank has not received yet. */
+  if (c->tcp->peers[peer].rx_done > pr->hop[up].msg) return KT_SUCCESS;
+  bool stalled;
+  int to = -1;
+  uint64_t msg = 0, done = 0;
+  KT_CHECK(stalled_send(ex, &stalled, &to, &msg, &done));
+  if (!stalled) return KT_SUCCESS;
+  if (pr->pass == 1 && !mine) {
+    for (uint32_t i = 0; i < n; i++)
+      if (pr->hop[i].rank == c->rank) return KT_SUCCESS; /* a cycle without its first rank: its own probes */
+    if (n == PROBE_HOPS || (to == pr->hop[0].rank && n == 1)) return KT_SUCCESS; /* a pair: the send-wait notice's */
+    pr->hop[n] = (struct probe_hop){.rank = c->rank, .msg = msg, .done = done};
+    pr->hops = n + 1;
+    send_probe(c, to, pr);
+    return KT_SUCCESS;
+  }
+  /* My hop again (pass 2, or the end of a pass): nothing of mine moved since? */
+  int next = pr->hop[k + 1 < n ? k + 1 : 0].rank;
+  if (to != next || msg != pr->hop[k].msg || done != pr->hop[k].done) return KT_SUCCESS;
+  if (pr->pass == 1 || k != 0) { /* the first rank starts pass 2; the others pass it on */
+    pr->pass = 2;
+    pr->at = k + 1;
+    send_probe(c, to, pr);
+    return KT_SUCCESS;
+  }
+  char cycle[512] = "";
+  size_t off = 0;
+  for (uint32_t i = 0; i < n && off < sizeof cycle - 64; i++)
+    off += (size_t)snprintf(cycle + off, sizeof cycle - off, "%srank %d sends to rank %d",
+                            i == 0 ? "" : i + 1 < n ? ", " : " and ", kt__rank_label(c, pr->hop[i].rank),
+                            kt__rank_label(c, pr->hop[i + 1 < n ? i + 1 : 0].rank));
+  return kt__err(KT_ERR_MISMATCH,
+                 "send of %zu bytes to rank %d can never complete: %s at the same time, and no rank in this "
+                 "cycle receives before its own send completes (a message larger than the socket buffers waits "
+                 "for its receiver). Let one side receive first, or exchange with kt_sendrecv",
+                 c->tcp->peers[to].sq_head->len, kt__rank_label(c, to), cycle);
+}
+
 /* A control frame arrived (or the socket closed): decide what it means. */
 static kt_result handle_ctrl(kt__exec *ex, int peer) {
   struct kt_comm_s *c = ex->comm;
@@ -494,6 +599,12 @@ static kt_result handle_ctrl(kt__exec *ex, int peer) {
         struct sendwait w;
         memcpy(&w, text, sizeof w);
         KT_CHECK(check_sendwait(ex, peer, &w));
+      } else if (f.type == CTRL_PROBE && f.len >= PROBE_BYTES(1) && f.len <= sizeof(struct probe) &&
+                 (f.len - PROBE_BYTES(0)) % sizeof(struct probe_hop) == 0) {
+        struct probe pr;
+        memset(&pr, 0, sizeof pr);
+        memcpy(&pr, text, f.len);
+        if (PROBE_BYTES(pr.hops) == f.len) KT_CHECK(handle_probe(ex, peer, &pr));
       } else if (f.type == CTRL_ABORT) {
         kt_result code = (f.code > 0 && f.code <= KT_ERR_INTERNAL) ? (kt_result)f.code : KT_ERR_ABORTED;
         p->abort_code = code;
@@ -608,6 +719,7 @@ void kt__net_op_begin(kt__exec *ex) {
   if (!t) return;
   const kt__op *op = ex->op;
   t->sendwait_ns = op->coll == KT_COLL_SEND ? kt__now_ns() + STATUS_FIRST_NS : INT64_MAX;
+  t->sendwait_gap_ns = STATUS_FIRST_NS;
   /* Point-to-point ops are not numbered (ranks issue different numbers of
    * them); over shared memory ranks compare signatures in the segment. */
   if (op->seq == 0 || ex->comm->shm) {
@@ -639,13 +751,25 @@ kt_result kt__net_stuck(kt__exec *ex) {
     t->status_gap_ns = KT_MIN(2 * t->status_gap_ns, STATUS_MAX_NS);
     t->next_status_ns = now + t->status_gap_ns;
   }
-  if (now >= t->sendwait_ns) { /* a kt_send stalled for a second: tell its receiver, once */
-    t->sendwait_ns = INT64_MAX;
+  if (now >= t->sendwait_ns) {
+    /* A kt_send stalled for a second: tell its receiver, and send a cycle
+     * probe; again after 2, 4, ... s (up to a minute), in case a rank of a
+     * cycle was not stalled yet when the last probe passed it. */
+    t->sendwait_gap_ns = KT_MIN(2 * t->sendwait_gap_ns, STATUS_MAX_NS);
+    t->sendwait_ns = now + t->sendwait_gap_ns;
     int to = ex->op->root;
     struct peer *p = to >= 0 && to < t->nranks && to != ex->comm->rank ? &t->peers[to] : NULL;
     if (p && p->sq_head && p->ctrl_fd >= 0 && !ctrl_backlogged(p->ctrl_fd)) {
       struct sendwait w = {p->sq_head->msg, p->sq_head->len};
       send_ctrl_bytes(p->ctrl_fd, CTRL_SENDWAIT, KT_SUCCESS, &w, sizeof w);
+      bool stalled;
+      uint64_t msg = 0, done = 0;
+      KT_CHECK(stalled_send(ex, &stalled, &to, &msg, &done));
+      if (stalled) {
+        struct probe pr = {.pass = 1, .hops = 1};
+        pr.hop[0] = (struct probe_hop){.rank = ex->comm->rank, .msg = msg, .done = done};
+        send_probe(ex->comm, to, &pr);
+      }
     }
   }
   return kt__net_check_peers(ex);

@@ -510,8 +510,8 @@ static int scenario_timeout(kt_comm comm) {
  * (the others join a barrier); sendcycle: every rank sends 1 MiB to the next
  * before receiving from the previous. Over shared memory (ring of 256 KiB)
  * neither can complete: an error, not a wait until the timeout.
- * sendfirstbig: sendfirst with 64 MiB, more than the socket buffers hold, for
- * the same error over TCP. */
+ * sendfirstbig, sendcyclebig: sendfirst and sendcycle with 64 MiB, more than
+ * the socket buffers hold, for the same error over TCP. */
 static int scenario_mismatch(kt_comm comm) {
   const char *kind = arg("kind", "bcast");
   size_t count = 100, count1 = 100;
@@ -539,9 +539,10 @@ static int scenario_mismatch(kt_comm comm) {
     p2p = true;
     count1 = !strcmp(kind, "p2pcount") ? 101 : 100;
     if (!strcmp(kind, "p2pdtype")) dtype1 = KT_INT32;
-  } else if (!strcmp(kind, "sendfirst") || !strcmp(kind, "sendcycle") || !strcmp(kind, "sendfirstbig")) {
+  } else if (!strcmp(kind, "sendfirst") || !strcmp(kind, "sendcycle") || !strcmp(kind, "sendfirstbig") ||
+             !strcmp(kind, "sendcyclebig")) {
     cycle = true;
-    count = count1 = (size_t)1 << (!strcmp(kind, "sendfirstbig") ? 24 : 18); /* 64 MiB, 1 MiB of float32 */
+    count = count1 = (size_t)1 << (strstr(kind, "big") ? 24 : 18); /* 64 MiB, 1 MiB of float32 */
   } else {
     fprintf(stderr, "fault_prog mismatch: unknown kind=%s\n", kind);
     return 2;
