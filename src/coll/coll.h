@@ -32,6 +32,12 @@ typedef kt_result (*kt__p2p_move_fn)(kt__exec *ex, int dst, const void *sbuf, si
 KT_INTERNAL kt_result kt__p2p_run(kt__exec *ex, kt__p2p_move_fn move);
 /* Shared memory (every rank on this host). */
 KT_INTERNAL kt_result kt__allreduce_shm_oneshot(kt__exec *ex);
+/* Small messages through shared memory, flag beside payload (ll_shm.c). */
+KT_INTERNAL kt_result kt__allreduce_shm_ll(kt__exec *ex);
+KT_INTERNAL kt_result kt__reduce_shm_ll(kt__exec *ex);
+KT_INTERNAL kt_result kt__broadcast_shm_ll(kt__exec *ex);
+KT_INTERNAL kt_result kt__allgather_shm_ll(kt__exec *ex);
+KT_INTERNAL kt_result kt__barrier_shm_ll(kt__exec *ex);
 KT_INTERNAL kt_result kt__allreduce_shm_rsag(kt__exec *ex);
 KT_INTERNAL kt_result kt__broadcast_shm(kt__exec *ex);
 KT_INTERNAL kt_result kt__reduce_shm(kt__exec *ex);

@@ -15,30 +15,35 @@
 #include <string.h>
 
 /* Where an algorithm can run. */
-enum { ANY = 0, SHM = 1, SHM_SMALL = 2, HIER = 3 };
+enum { ANY = 0, SHM = 1, SHM_SMALL = 2, HIER = 3, SHM_LL = 4 };
 
 typedef struct algo {
   kt__coll coll;
   const char *name;
   kt__algo_fn fn;
   int needs; /* ANY; SHM: every rank on this host with a segment; SHM_SMALL: and fits one region;
+               SHM_LL: and each rank's payload fits the small-message lines;
                HIER: ranks on several hosts (c->local, c->hosts; c->cross on the first c->shards local ranks) */
 } algo;
 
 static const algo algos[] = {
     {KT_COLL_ALLREDUCE, "ring", kt__allreduce_ring, ANY},
     {KT_COLL_ALLREDUCE, "recursive_doubling", kt__allreduce_recursive_doubling, ANY},
+    {KT_COLL_ALLREDUCE, "shm_ll", kt__allreduce_shm_ll, SHM_LL},
     {KT_COLL_ALLREDUCE, "shm_oneshot", kt__allreduce_shm_oneshot, SHM_SMALL},
     {KT_COLL_ALLREDUCE, "shm_rsag", kt__allreduce_shm_rsag, SHM},
     {KT_COLL_ALLREDUCE, "hierarchical", kt__allreduce_hierarchical, HIER},
     {KT_COLL_BROADCAST, "binomial", kt__broadcast_binomial, ANY},
     {KT_COLL_BROADCAST, "pipeline", kt__broadcast_pipeline, ANY},
+    {KT_COLL_BROADCAST, "shm_ll", kt__broadcast_shm_ll, SHM_LL},
     {KT_COLL_BROADCAST, "shm", kt__broadcast_shm, SHM},
     {KT_COLL_BROADCAST, "hierarchical", kt__broadcast_hierarchical, HIER},
     {KT_COLL_REDUCE, "binomial", kt__reduce_binomial, ANY},
+    {KT_COLL_REDUCE, "shm_ll", kt__reduce_shm_ll, SHM_LL},
     {KT_COLL_REDUCE, "shm", kt__reduce_shm, SHM},
     {KT_COLL_REDUCE, "hierarchical", kt__reduce_hierarchical, HIER},
     {KT_COLL_ALLGATHER, "ring", kt__allgatherv_ring, ANY},
+    {KT_COLL_ALLGATHER, "shm_ll", kt__allgather_shm_ll, SHM_LL},
     {KT_COLL_ALLGATHER, "shm", kt__allgatherv_shm, SHM},
     {KT_COLL_ALLGATHER, "hierarchical", kt__allgatherv_hierarchical, HIER},
     {KT_COLL_ALLGATHERV, "ring", kt__allgatherv_ring, ANY},
@@ -56,6 +61,7 @@ static const algo algos[] = {
     {KT_COLL_ALLTOALLV, "pairwise", kt__alltoallv_pairwise, ANY},
     {KT_COLL_ALLTOALLV, "shm", kt__alltoallv_shm, SHM},
     {KT_COLL_BARRIER, "dissemination", kt__barrier_dissemination, ANY},
+    {KT_COLL_BARRIER, "shm_ll", kt__barrier_shm_ll, SHM_LL},
     {KT_COLL_BARRIER, "shm", kt__barrier_shm, SHM},
     {KT_COLL_BARRIER, "hierarchical", kt__barrier_hierarchical, HIER},
     {KT_COLL_SEND, "direct", kt__p2p, ANY},
@@ -122,6 +128,12 @@ static int ceil_log2(int p) {
   return l;
 }
 
+/* Each rank's payload fits the small-message lines (allgather: its block;
+ * barrier: none). */
+static bool ll_fits(const kt__op *op) {
+  return op->coll == KT_COLL_BARRIER || op->count * kt_dtype_size(op->dtype) <= kt__shm_ll_max();
+}
+
 static bool can_run(struct kt_comm_s *c, const kt__op *op, const algo *a) {
   /* Uneven blocks of reduce_scatter and gather (internal: phases of the
    * hierarchical algorithms): shm, and the ring for reduce_scatter. */
@@ -133,6 +145,7 @@ static bool can_run(struct kt_comm_s *c, const kt__op *op, const algo *a) {
   if (!c->shm) return false;
   if (a->needs == SHM_SMALL)
     return op->count * kt_dtype_size(op->dtype) <= kt__shm_region_bytes(c);
+  if (a->needs == SHM_LL) return ll_fits(op);
   return true;
 }
 
@@ -140,6 +153,11 @@ static const char *model_pick(struct kt_comm_s *c, const kt__op *op) {
   double p = c->size, n = (double)op->count * (double)kt_dtype_size(op->dtype);
   double lg = ceil_log2(c->size);
   if (c->shm) { /* one host: shared memory for every collective */
+    int64_t ll = kt__param_SHM_LL_BYTES();
+    if (ll > 0 && ll_fits(op) && (op->coll == KT_COLL_BARRIER || n <= (double)ll) &&
+        (op->coll == KT_COLL_ALLREDUCE || op->coll == KT_COLL_BROADCAST || op->coll == KT_COLL_REDUCE ||
+         op->coll == KT_COLL_ALLGATHER || op->coll == KT_COLL_BARRIER))
+      return "shm_ll";
     if (op->coll == KT_COLL_ALLREDUCE)
       return n <= (double)KT_MIN((size_t)kt__param_SHM_ONESHOT_BYTES(), kt__shm_region_bytes(c)) ? "shm_oneshot"
                                                                                                  : "shm_rsag";

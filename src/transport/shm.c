@@ -22,7 +22,9 @@
 
 #define SHM_MAGIC 0x324d48535454424bull /* "KBTTSHM2" */
 #define SHM_HDR_BYTES 4096
-#define SHM_SLOT_BYTES 512
+#define SHM_SLOT_MAIN 512 /* shm_slot; then the rank's small-message lines */
+#define SHM_LL_LINES 16   /* per parity: 32 + 15 x 56 = 872 bytes of payload */
+#define SHM_SLOT_BYTES (SHM_SLOT_MAIN + 2 * SHM_LL_LINES * 64)
 #define SHM_MAPS 4 /* peers' registered buffers kept mapped, per peer */
 #define SHM_LIVENESS_NS 100000000 /* check pids and sockets every 100 ms asleep */
 #define SHM_CYCLE_MAX 64         /* longest cycle of waiting sends looked for */
@@ -79,7 +81,21 @@ typedef struct shm_slot {
 } shm_slot;
 
 _Static_assert(sizeof(shm_hdr) <= SHM_HDR_BYTES, "header fits");
-_Static_assert(sizeof(shm_slot) <= SHM_SLOT_BYTES, "slot fits");
+_Static_assert(sizeof(shm_slot) <= SHM_SLOT_MAIN, "slot fits");
+
+/* A line of the small-message protocol: the payload and, beside it in the
+ * same cache line, the number of the op that wrote it. A reader polls the
+ * line itself: one cache-line transfer brings both the flag and the data.
+ * Line 0 holds the op's signature (24 bytes) and 32 bytes of payload; the
+ * others 56 bytes each. */
+typedef struct ll_line {
+  _Atomic uint64_t flag;
+  unsigned char data[56];
+} ll_line;
+_Static_assert(sizeof(ll_line) == 64, "one cache line");
+_Static_assert(sizeof(kt__sig) == 24, "the signature fills line 0's first 24 bytes");
+#define LL_FIRST 32 /* payload bytes in line 0 */
+#define LL_MAX_BYTES (LL_FIRST + (SHM_LL_LINES - 1) * 56)
 _Static_assert(offsetof(shm_slot, sigs) + sizeof(sig[2]) <= 64, "step and signatures in one cache line");
 
 struct kt__shm {
@@ -105,6 +121,7 @@ struct kt__shm {
   uint32_t episode;      /* my send-only waits so far (slot's blocked) */
   struct peer_map *maps; /* peers' registered buffers mapped here, SHM_MAPS per rank */
   uint64_t map_clock;    /* for least-recently-used eviction */
+  uint64_t ll_seq;       /* small-message ops so far (the flag of my lines) */
   bool direct_off;       /* mapping a peer's buffer failed once: offer no more */
 };
 
@@ -133,6 +150,11 @@ static shm_slot *slot_at(void *base, int r) {
 }
 
 static shm_slot *slot(const kt__shm *s, int r) { return slot_at(s->base, r); }
+
+/* Rank r's small-message line i of parity par. */
+static ll_line *ll_at(const kt__shm *s, int r, int par, int i) {
+  return (ll_line *)((char *)slot(s, r) + SHM_SLOT_MAIN) + par * SHM_LL_LINES + i;
+}
 
 /* Layout: header, n slots, n^2 ring heads (all reserved by the creator);
  * then from data_offset the 4n regions (each rank reserves its own); then
@@ -1031,4 +1053,108 @@ bool kt__shm_direct_map(kt__exec *ex, char **send, char **recv, size_t bytes) {
 bool kt__shm_direct_ok(kt__exec *ex, int r) {
   const kt__shm *s = ex->comm->shm;
   return slot(s, r)->direct_ok[s->par] != 0;
+}
+
+/* ---- small messages: flag and payload in the same cache line --------------- */
+
+size_t kt__shm_ll_max(void) { return LL_MAX_BYTES; }
+
+static size_t ll_lines(size_t bytes) { return bytes <= LL_FIRST ? 1 : 1 + (bytes - LL_FIRST + 55) / 56; }
+
+kt_result kt__shm_ll_post(kt__exec *ex, const void *payload, size_t bytes) {
+  kt__shm *s = ex->comm->shm;
+  if (bytes > LL_MAX_BYTES)
+    return kt__err(KT_ERR_INTERNAL, "small-message protocol called for %zu bytes (at most %d)", bytes,
+                   LL_MAX_BYTES);
+  uint64_t seq = ++s->ll_seq;
+  int par = (int)(seq & 1);
+  size_t nl = ll_lines(bytes);
+  const unsigned char *src = payload;
+  /* The peers finished reading these lines (op seq - 2): each wrote its line
+   * 0 of op seq - 1, which this rank waited for, only after that. */
+  for (size_t i = nl; i-- > 0;) { /* line 0, which everyone waits for first, last */
+    ll_line *l = ll_at(s, s->me, par, (int)i);
+    size_t off = i == 0 ? 0 : LL_FIRST + (i - 1) * 56, len = i == 0 ? LL_FIRST : 56;
+    len = off < bytes ? KT_MIN(len, bytes - off) : 0;
+    if (i == 0) memcpy(l->data, &s->cur, sizeof s->cur);
+    if (len) memcpy(l->data + (i == 0 ? sizeof s->cur : 0), src + off, len);
+    atomic_store_explicit(&l->flag, seq, i == 0 ? memory_order_seq_cst : memory_order_release);
+  }
+  wake_sleepers(s);
+  return KT_SUCCESS;
+}
+
+typedef struct ll_goal {
+  uint64_t seq;
+  int par, r; /* r: one rank's every line (of lines), or -1: every rank's line 0 */
+  size_t lines;
+} ll_goal;
+
+static bool ll_ready(const kt__shm *s, const void *arg) {
+  const ll_goal *g = arg;
+  if (g->r >= 0) {
+    for (size_t i = 0; i < g->lines; i++)
+      if (atomic_load_explicit(&ll_at(s, g->r, g->par, (int)i)->flag, memory_order_acquire) != g->seq) return false;
+    return true;
+  }
+  for (int r = 0; r < s->n; r++)
+    if (r != s->me && atomic_load_explicit(&ll_at(s, r, g->par, 0)->flag, memory_order_acquire) != g->seq)
+      return false;
+  return true;
+}
+
+/* Asleep in a small-message wait: a peer whose step counter moved past mine
+ * is in an op that does not use the protocol (sizes that differ across the
+ * threshold), which would never write the line waited for. */
+static kt_result ll_stuck(kt__exec *ex, const void *arg) {
+  kt__shm *s = ex->comm->shm;
+  for (int r = 0; r < s->n; r++) {
+    if (r == s->me) continue;
+    shm_slot *sl = slot(s, r);
+    if (atomic_load_explicit(&sl->step, memory_order_acquire) <= s->step) continue;
+    /* A peer that finished this op saw every line this rank waits for
+     * before it posted in its next one: seen through its step, they are
+     * visible here now, unless the peer never ran this op. */
+    if (ll_ready(s, arg)) return KT_SUCCESS;
+    const sig *g = sl->sigs[0].seq > sl->sigs[1].seq ? &sl->sigs[0] : &sl->sigs[1];
+    char a[160], b[160], who[128];
+    kt__sig_describe(&s->cur, a, sizeof a);
+    kt__sig_describe(g, b, sizeof b);
+    kt__peer_desc(ex->comm, r, who, sizeof who);
+    return kt__err(KT_ERR_MISMATCH, "mismatched operations: rank %d is in (%s) but %s is in (%s)",
+                   kt__rank_label(ex->comm, s->me), a, who, b);
+  }
+  return KT_SUCCESS;
+}
+
+kt_result kt__shm_ll_wait(kt__exec *ex) {
+  kt__shm *s = ex->comm->shm;
+  ll_goal g = {s->ll_seq, (int)(s->ll_seq & 1), -1, 1};
+  if (!ll_ready(s, &g)) KT_CHECK(wait_ready_or_stuck(ex, -1, UINT64_MAX, ll_ready, &g, ll_stuck));
+  for (int r = 0; r < s->n; r++) {
+    if (r == s->me) continue;
+    sig theirs;
+    memcpy(&theirs, ll_at(s, r, g.par, 0)->data, sizeof theirs);
+    if (kt__sig_equal(&theirs, &s->cur)) continue;
+    char a[160], b[160], who[128];
+    kt__sig_describe(&s->cur, a, sizeof a);
+    kt__sig_describe(&theirs, b, sizeof b);
+    kt__peer_desc(ex->comm, r, who, sizeof who);
+    return kt__err(KT_ERR_MISMATCH, "mismatched operations: rank %d is in (%s) but %s is in (%s)",
+                   kt__rank_label(ex->comm, s->me), a, who, b);
+  }
+  return check_failures(ex, -1, UINT64_MAX, false);
+}
+
+kt_result kt__shm_ll_read(kt__exec *ex, int r, void *dst, size_t bytes) {
+  kt__shm *s = ex->comm->shm;
+  ll_goal g = {s->ll_seq, (int)(s->ll_seq & 1), r, ll_lines(bytes)};
+  if (r != s->me && !ll_ready(s, &g)) KT_CHECK(wait_ready_or_stuck(ex, r, UINT64_MAX, ll_ready, &g, ll_stuck));
+  unsigned char *out = dst;
+  for (size_t i = 0, off = 0; off < bytes; i++) {
+    size_t len = KT_MIN(i == 0 ? (size_t)LL_FIRST : 56, bytes - off);
+    memcpy(out + off, ll_at(s, r, g.par, (int)i)->data + (i == 0 ? sizeof(sig) : 0), len);
+    off += len;
+  }
+  return KT_SUCCESS;
 }

@@ -96,6 +96,13 @@ foreach(np 2 3 4)
   kt_coll_test(coll.np${np}.shm_small_chunks ${np} 300 "KAITIAN_SHM_CHUNK_BYTES=4160;KAITIAN_SHM_ONESHOT_BYTES=0" --quick)
 endforeach()
 
+# The small-message protocol up to its largest payload (872 bytes per rank;
+# the tuner's runs above cover it up to KAITIAN_SHM_LL_BYTES' default).
+foreach(np 3 5)
+  kt_coll_test(coll.np${np}.shm_ll_max ${np} 300 "KAITIAN_SHM_LL_BYTES=872"
+    --coll allreduce,broadcast,reduce,allgather,barrier --quick)
+endforeach()
+
 # Single-copy allreduce: buffers from kt_mem_alloc and single-copy from 1
 # byte up (through shm_oneshot up to 64 KiB, shm_rsag above); then buffers
 # registered on rank 0 only, with small regions, so the ranks disagree and

@@ -1,0 +1,86 @@
+/* ll_shm.c - small collectives through shared memory with the small-message
+ * protocol (shm.h: kt__shm_ll_*): each rank writes its payload and the op's
+ * number into its own cache lines, flag beside data, and reads the others'
+ * lines when their flags show the op. One write and one read of a line per
+ * peer, where the region algorithms move a step counter and a region line
+ * each way. Every rank waits for every other's first line in every op, which
+ * is what lets a rank reuse its lines two ops later.
+ *
+ * All ranks on one host; payload per rank up to kt__shm_ll_max() bytes
+ * (872), chosen by the tuner up to KAITIAN_SHM_LL_BYTES. Reductions run in
+ * rank order on every rank, so every rank gets bit-identical results. */
+#include "coll.h"
+
+#include "reduce/reduce.h"
+#include "transport/shm.h"
+
+#include <string.h>
+
+kt_result kt__allreduce_shm_ll(kt__exec *ex) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm;
+  size_t n = op->count, bytes = n * kt_dtype_size(op->dtype);
+  kt__shm_op_begin(ex);
+  KT_CHECK(kt__shm_ll_post(ex, op->sendbuf, bytes));
+  KT_CHECK(kt__shm_ll_wait(ex));
+  if (!bytes) return KT_SUCCESS;
+  _Alignas(64) unsigned char tmp[1024];
+  kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
+  KT_CHECK(kt__shm_ll_read(ex, 0, op->recvbuf, bytes)); /* my own input is in my lines */
+  for (int r = 1; r < c->size; r++) {
+    KT_CHECK(kt__shm_ll_read(ex, r, tmp, bytes));
+    reduce(op->recvbuf, op->recvbuf, tmp, n);
+  }
+  kt__op_finalize(op, op->recvbuf, n, c->size);
+  return KT_SUCCESS;
+}
+
+kt_result kt__reduce_shm_ll(kt__exec *ex) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm;
+  size_t n = op->count, bytes = n * kt_dtype_size(op->dtype);
+  kt__shm_op_begin(ex);
+  KT_CHECK(kt__shm_ll_post(ex, op->sendbuf, bytes));
+  KT_CHECK(kt__shm_ll_wait(ex));
+  if (!bytes || c->rank != op->root) return KT_SUCCESS;
+  _Alignas(64) unsigned char tmp[1024];
+  kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
+  KT_CHECK(kt__shm_ll_read(ex, 0, op->recvbuf, bytes));
+  for (int r = 1; r < c->size; r++) {
+    KT_CHECK(kt__shm_ll_read(ex, r, tmp, bytes));
+    reduce(op->recvbuf, op->recvbuf, tmp, n);
+  }
+  kt__op_finalize(op, op->recvbuf, n, c->size);
+  return KT_SUCCESS;
+}
+
+kt_result kt__broadcast_shm_ll(kt__exec *ex) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm;
+  size_t bytes = op->count * kt_dtype_size(op->dtype);
+  bool is_root = c->rank == op->root;
+  kt__shm_op_begin(ex);
+  KT_CHECK(kt__shm_ll_post(ex, is_root ? op->sendbuf : NULL, is_root ? bytes : 0));
+  if (is_root && bytes && op->sendbuf != op->recvbuf) memcpy(op->recvbuf, op->sendbuf, bytes);
+  KT_CHECK(kt__shm_ll_wait(ex));
+  if (!is_root && bytes) KT_CHECK(kt__shm_ll_read(ex, op->root, op->recvbuf, bytes));
+  return KT_SUCCESS;
+}
+
+kt_result kt__allgather_shm_ll(kt__exec *ex) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm;
+  size_t bytes = op->count * kt_dtype_size(op->dtype);
+  char *out = op->recvbuf;
+  kt__shm_op_begin(ex);
+  KT_CHECK(kt__shm_ll_post(ex, op->sendbuf, bytes));
+  KT_CHECK(kt__shm_ll_wait(ex));
+  for (int r = 0; r < c->size && bytes; r++) KT_CHECK(kt__shm_ll_read(ex, r, out + (size_t)r * bytes, bytes));
+  return KT_SUCCESS;
+}
+
+kt_result kt__barrier_shm_ll(kt__exec *ex) {
+  kt__shm_op_begin(ex);
+  KT_CHECK(kt__shm_ll_post(ex, NULL, 0));
+  return kt__shm_ll_wait(ex);
+}
