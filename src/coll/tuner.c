@@ -149,7 +149,21 @@ static bool can_run(struct kt_comm_s *c, const kt__op *op, const algo *a) {
   return true;
 }
 
-static const char *model_pick(struct kt_comm_s *c, const kt__op *op) {
+/* The tuner's picks, by name; their index in algos per collective is looked
+ * up once (pick_idx), not by string per op. */
+enum { PICK_NONE = -1, PICK_SHM_LL, PICK_SHM_ONESHOT, PICK_SHM_RSAG, PICK_SHM, PICK_HIER, PICK_RD, PICK_RING,
+       PICK_BINOMIAL, PICK_PIPELINE, NPICKS };
+static const char *const pick_names[NPICKS] = {"shm_ll", "shm_oneshot", "shm_rsag", "shm", "hierarchical",
+                                               "recursive_doubling", "ring", "binomial", "pipeline"};
+static int pick_idx[KT_COLL_COUNT][NPICKS]; /* -1: the collective has none of that name */
+static pthread_once_t pick_once = PTHREAD_ONCE_INIT;
+
+static void init_picks(void) {
+  for (int cl = 0; cl < KT_COLL_COUNT; cl++)
+    for (int k = 0; k < NPICKS; k++) pick_idx[cl][k] = find_algo((kt__coll)cl, pick_names[k]);
+}
+
+static int model_pick(struct kt_comm_s *c, const kt__op *op) {
   double p = c->size, n = (double)op->count * (double)kt_dtype_size(op->dtype);
   double lg = ceil_log2(c->size);
   if (c->shm) { /* one host: shared memory for every collective */
@@ -157,32 +171,32 @@ static const char *model_pick(struct kt_comm_s *c, const kt__op *op) {
     if (ll > 0 && ll_fits(op) && (op->coll == KT_COLL_BARRIER || n <= (double)ll) &&
         (op->coll == KT_COLL_ALLREDUCE || op->coll == KT_COLL_BROADCAST || op->coll == KT_COLL_REDUCE ||
          op->coll == KT_COLL_ALLGATHER || op->coll == KT_COLL_BARRIER))
-      return "shm_ll";
+      return PICK_SHM_LL;
     if (op->coll == KT_COLL_ALLREDUCE)
-      return n <= (double)KT_MIN((size_t)kt__param_SHM_ONESHOT_BYTES(), kt__shm_region_bytes(c)) ? "shm_oneshot"
-                                                                                                 : "shm_rsag";
-    return "shm";
+      return n <= (double)KT_MIN((size_t)kt__param_SHM_ONESHOT_BYTES(), kt__shm_region_bytes(c)) ? PICK_SHM_ONESHOT
+                                                                                                 : PICK_SHM_RSAG;
+    return PICK_SHM;
   }
   /* Several hosts with shared memory inside each: TCP only between hosts,
    * for every collective that has a hierarchical algorithm. */
-  if (c->hosts && find_algo(op->coll, "hierarchical") >= 0) return "hierarchical";
+  if (c->hosts && pick_idx[op->coll][PICK_HIER] >= 0) return PICK_HIER;
   switch (op->coll) {
     case KT_COLL_ALLREDUCE: {
       double chunk = (double)kt__chunk_bytes(op->dtype);
       double ring = 2 * (p - 1) * ALPHA_US * (1 + n / p / chunk / 8) + 2 * (p - 1) / p * n * BETA_US_PER_BYTE;
       bool pof2 = (c->size & (c->size - 1)) == 0;
       double rd = (lg + (pof2 ? 0 : 2)) * (ALPHA_US + n * BETA_US_PER_BYTE);
-      if ((double)op->count < p) return "recursive_doubling";
-      return (rd <= ring || n <= (double)kt__param_SMALL_BYTES()) ? "recursive_doubling" : "ring";
+      if ((double)op->count < p) return PICK_RD;
+      return (rd <= ring || n <= (double)kt__param_SMALL_BYTES()) ? PICK_RD : PICK_RING;
     }
     case KT_COLL_BROADCAST: {
       double chunk = (double)kt__chunk_bytes(op->dtype);
       double binom = lg * (ALPHA_US + n * BETA_US_PER_BYTE);
       double pipe = (p - 2 + n / chunk) * (ALPHA_US / 4 + chunk * BETA_US_PER_BYTE) + ALPHA_US;
-      return binom <= pipe ? "binomial" : "pipeline";
+      return binom <= pipe ? PICK_BINOMIAL : PICK_PIPELINE;
     }
     default:
-      return NULL; /* one algorithm */
+      return PICK_NONE; /* one algorithm */
   }
 }
 
@@ -195,10 +209,15 @@ kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, bool phase, const ch
     a = -1;
   }
   if (a < 0) {
-    const char *pick = model_pick(c, op);
-    for (size_t i = 0; i < NALGOS && a < 0; i++)
-      if (algos[i].coll == op->coll && (!pick || strcmp(algos[i].name, pick) == 0) && can_run(c, op, &algos[i]))
-        a = (int)i;
+    pthread_once(&pick_once, init_picks);
+    int pick = model_pick(c, op);
+    if (pick != PICK_NONE) {
+      int i = pick_idx[op->coll][pick];
+      if (i >= 0 && can_run(c, op, &algos[i])) a = i;
+    } else {
+      for (size_t i = 0; i < NALGOS && a < 0; i++)
+        if (algos[i].coll == op->coll && can_run(c, op, &algos[i])) a = (int)i;
+    }
   }
   if (a < 0) return NULL;
   *name = algos[a].name;
