@@ -66,10 +66,10 @@ kt_fault_test(mismatch.np2.sendfirst.tcp 120 2 scenario.sh --np 2 --max-s 10
   --grep "send of 67108864 bytes to rank [01] can never complete: rank [01] sends 67108864 bytes to rank [01] at the same time.*kt_sendrecv"
   --env KAITIAN_TIMEOUT=60000 --env KAITIAN_TRANSPORT=tcp -- mismatch kind=sendfirstbig)
 # Three or more: a cycle probe goes around the stalled sends twice.
-kt_fault_test(mismatch.np3.sendcycle.tcp 120 3 scenario.sh --np 3 --max-s 10
+kt_fault_test(mismatch.np3.sendcycle.tcp 120 3 scenario.sh --np 3 --max-s 20
   --grep "send of 67108864 bytes to rank [0-2] can never complete: rank [0-2] sends to rank [0-2], rank [0-2] sends to rank [0-2] and rank [0-2] sends to rank [0-2] at the same time.*socket buffers.*kt_sendrecv"
   --env KAITIAN_TIMEOUT=60000 --env KAITIAN_TRANSPORT=tcp -- mismatch kind=sendcyclebig)
-kt_fault_test(mismatch.np5.sendcycle.tcp 120 5 scenario.sh --np 5 --max-s 10
+kt_fault_test(mismatch.np5.sendcycle.tcp 120 5 scenario.sh --np 5 --max-s 20
   --grep "can never complete: rank [0-4] sends to rank [0-4], rank [0-4] sends to rank [0-4], rank [0-4] sends to rank [0-4], rank [0-4] sends to rank [0-4] and rank [0-4] sends to rank [0-4] at the same time"
   --env KAITIAN_TIMEOUT=60000 --env KAITIAN_TRANSPORT=tcp -- mismatch kind=sendcyclebig)
 kt_fault_test(mismatch.np2.p2ptag.tcp 120 2 scenario.sh --np 2 --max-s 30
