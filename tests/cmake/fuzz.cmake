@@ -87,3 +87,4 @@ kt_fuzz_harness(algo LIB)
 kt_fuzz_harness(run LIB tools/kaitian/run_devices.c tools/kaitian/run_node.c tools/kaitian/run_output.c
                 tools/kaitian/run_proc.c)
 kt_fuzz_harness(store_client store/store.c core/error.c core/log.c core/params.c core/util.c)
+kt_fuzz_harness(tcp LIB)
