@@ -88,3 +88,4 @@ kt_fuzz_harness(run LIB tools/kaitian/run_devices.c tools/kaitian/run_node.c too
                 tools/kaitian/run_proc.c)
 kt_fuzz_harness(store_client store/store.c core/error.c core/log.c core/params.c core/util.c)
 kt_fuzz_harness(tcp LIB)
+kt_fuzz_harness(shm LIB)
