@@ -83,10 +83,13 @@ static int find_algo(kt__coll coll, const char *name) {
   return -1;
 }
 
-static void parse_forced(void) {
+/* KAITIAN_ALGO's text into forced (an index into algos per collective, -1: the
+ * tuner's pick). Names no collective has are reported and ignored.
+ * (tests/fuzz/fuzz_algo.c calls it on any text.) */
+static void parse_algo_spec(const char *text, int forced[KT_COLL_COUNT]) {
   for (int i = 0; i < KT_COLL_COUNT; i++) forced[i] = -1;
   char spec[512];
-  snprintf(spec, sizeof spec, "%s", kt__param_ALGO());
+  snprintf(spec, sizeof spec, "%s", text);
   char *save = NULL;
   for (char *tok = strtok_r(spec, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
     char *eq = strchr(tok, '=');
@@ -117,6 +120,8 @@ static void parse_forced(void) {
       break;
     }
 }
+
+static void parse_forced(void) { parse_algo_spec(kt__param_ALGO(), forced); }
 
 /* Model constants for TCP: per-message latency and per-byte time. */
 #define ALPHA_US 20.0

@@ -251,6 +251,12 @@ static void record_failure(shm_hdr *h, int rank, kt_result r, const char *msg) {
   }
 }
 
+/* The code of a failure a peer recorded in the segment: one that is no
+ * error code (a corrupt segment) reads as KT_ERR_ABORTED, as over TCP. */
+static kt_result failure_code(int32_t f) {
+  return f > 0 && f <= KT_ERR_INTERNAL ? (kt_result)f : KT_ERR_ABORTED;
+}
+
 static bool peer_alive(const struct kt_comm_s *c, int r) {
   return c->peer_pid[r] <= 0 || kill(c->peer_pid[r], 0) == 0 || errno != ESRCH;
 }
@@ -368,6 +374,21 @@ static void warn_no_room(const struct kt_comm_s *c, uint64_t avail, uint64_t owe
             c->rank, (double)avail / (1 << 20), (double)owed / (1 << 20), n, (double)bytes / (1 << 20));
 }
 
+/* Does the header the creator published describe a segment for n ranks of
+ * exactly bytes (the file's size)? Regions and rings of 0 bytes with only
+ * the header, slots and ring heads: no room in /dev/shm, TCP instead. */
+static bool layout_ok(const shm_hdr *h, int n, size_t bytes) {
+  if (h->region == 0 && h->p2p == 0)
+    return h->nlocal == (uint32_t)n && h->bytes == bytes && segment_bytes(n, 0, 0) == bytes;
+  /* Regions or rings smaller than any creator chooses (4 KiB), or so large
+   * that the sum below would wrap around to the file's size, describe no
+   * segment this rank can use. */
+  size_t nn = (size_t)n * (size_t)n;
+  if (h->region < 4096 || h->p2p < 4096 || h->region > bytes / (4 * (size_t)n) || h->p2p > bytes / nn)
+    return false;
+  return h->nlocal == (uint32_t)n && h->bytes == bytes && segment_bytes(n, h->region, h->p2p) == bytes;
+}
+
 kt_result kt__shm_setup(struct kt_comm_s *c, uint64_t owed) {
   kt_result res = KT_SUCCESS;
   char name[128];
@@ -471,7 +492,7 @@ kt_result kt__shm_setup(struct kt_comm_s *c, uint64_t owed) {
     const shm_hdr *h = base;
     region = h->region;
     p2p = h->p2p;
-    if (h->nlocal != (uint32_t)n || h->bytes != bytes || segment_bytes(n, region, p2p) != bytes) {
+    if (!layout_ok(h, n, bytes)) {
       res = kt__err(KT_ERR_INTERNAL, "rank %d: shared memory %s has an unexpected layout (%u ranks, %zu bytes; "
                     "this rank expected %d ranks: ranks of one job run different KaiTian builds?)",
                     c->rank, name, h->nlocal, bytes, n);
@@ -490,8 +511,8 @@ kt_result kt__shm_setup(struct kt_comm_s *c, uint64_t owed) {
   for (unsigned k = 0; atomic_load(&h->mapped) < (uint32_t)n; k++) {
     int32_t f = atomic_load_explicit(&h->failed, memory_order_acquire);
     if (f) {
-      res = kt__err((kt_result)f, "rank %d: rank %d failed while setting up shared memory: %s", c->rank,
-                    atomic_load(&h->failed_rank) - 1, h->failed_msg);
+      res = kt__err(failure_code(f), "rank %d: rank %d failed while setting up shared memory: %.*s", c->rank,
+                    atomic_load(&h->failed_rank) - 1, (int)sizeof h->failed_msg, h->failed_msg);
       goto fail;
     }
     if (k % 100 == 99 && (res = setup_check_peers(c)) != KT_SUCCESS) goto fail;
@@ -637,7 +658,8 @@ static kt_result check_failures(kt__exec *ex, int r, uint64_t target, bool slow_
   int32_t f = atomic_load_explicit(&s->hdr->failed, memory_order_acquire);
   if (f) {
     int who = kt__rank_label(c, atomic_load(&s->hdr->failed_rank) - 1);
-    return kt__err((kt_result)f, "rank %d failed and aborted the communicator: %s", who, s->hdr->failed_msg);
+    return kt__err(failure_code(f), "rank %d failed and aborted the communicator: %.*s", who,
+                   (int)sizeof s->hdr->failed_msg, s->hdr->failed_msg);
   }
   if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
     return kt__err(KT_ERR_ABORTED, "rank %d: communicator aborted (kt_comm_abort)", kt__rank_label(c, c->rank));

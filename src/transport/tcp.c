@@ -1051,6 +1051,15 @@ static kt_result connect_one(struct kt_comm_s *c, const kt__tcp_addr *a, int pee
   }
 }
 
+/* Is h the hello of a higher rank of this communicator, for a connection it
+ * has (its control one, or one of the pair's data lanes)? */
+static bool hello_ok(const struct kt_comm_s *c, const struct hello *h) {
+  const struct kt__tcp *t = c->tcp;
+  return h->magic == HELLO_MAGIC && h->token == t->token && h->rank > c->rank && h->rank < c->size &&
+         (h->kind == CONN_DATA || h->kind == CONN_CTRL) &&
+         (h->kind != CONN_DATA || h->lane < (uint32_t)t->peers[h->rank].nlanes);
+}
+
 /* Accept until every higher rank has connected all its sockets. */
 static kt_result accept_all(struct kt_comm_s *c, int64_t deadline) {
   struct kt__tcp *t = c->tcp;
@@ -1073,9 +1082,7 @@ static kt_result accept_all(struct kt_comm_s *c, int64_t deadline) {
      * connection stall us. */
     struct timeval tv = {2, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (kt__read_full(fd, &h, sizeof h) != 0 || h.magic != HELLO_MAGIC || h.token != t->token ||
-        h.rank <= c->rank || h.rank >= c->size || (h.kind != CONN_DATA && h.kind != CONN_CTRL) ||
-        (h.kind == CONN_DATA && h.lane >= (uint32_t)t->peers[h.rank].nlanes)) {
+    if (kt__read_full(fd, &h, sizeof h) != 0 || !hello_ok(c, &h)) {
       KT_WARN("rank %d: dropped a connection that is not a peer of this communicator", c->rank);
       close(fd);
       continue;

@@ -21,18 +21,58 @@ endif()
 set(KT_FUZZ_DIR ${KT_TEST_DIR}/fuzz)
 set(KT_FUZZ_FLAGS -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
     -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src -I${PROJECT_SOURCE_DIR}/src/core)
-# kt_fuzz_harness(name sources...): tests/fuzz/fuzz_<name>.c with the library
-# sources it needs (relative to src/).
+# The whole library compiled for fuzzing (coverage, ASan, UBSan), one object
+# per source so that make builds them in parallel, in an archive: harnesses
+# whose parser sits deep in the library (the transports, the tuner, the
+# launcher) link it. A harness that #includes a .c file to reach its static
+# functions defines every symbol of that file itself, so the archive's copy
+# of it is never pulled in.
+file(GLOB_RECURSE kt_fuzz_lib_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/*.c)
+set(kt_fuzz_objs)
+foreach(s ${kt_fuzz_lib_srcs})
+  file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR}/src ${s})
+  string(REPLACE "/" "_" obj ${rel})
+  set(obj ${CMAKE_BINARY_DIR}/fuzz/lib/${obj}.o)
+  add_custom_command(OUTPUT ${obj}
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/fuzz/lib
+    COMMAND ${KT_CLANG} -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer-no-link,address,undefined
+            -DKT_BUILD_INFO="fuzz" -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src
+            -I${PROJECT_SOURCE_DIR}/src/core -c ${s} -o ${obj}
+    DEPENDS ${s} IMPLICIT_DEPENDS C ${s} VERBATIM)
+  list(APPEND kt_fuzz_objs ${obj})
+endforeach()
+set(KT_FUZZ_LIB ${CMAKE_BINARY_DIR}/fuzz/libkt_fuzz.a)
+add_custom_command(OUTPUT ${KT_FUZZ_LIB}
+  COMMAND ${CMAKE_COMMAND} -E rm -f ${KT_FUZZ_LIB}
+  COMMAND ${CMAKE_AR} qcs ${KT_FUZZ_LIB} ${kt_fuzz_objs}
+  DEPENDS ${kt_fuzz_objs} COMMENT "the library for the libFuzzer harnesses" VERBATIM)
+add_custom_target(kt_fuzz_lib DEPENDS ${KT_FUZZ_LIB})
+
+# kt_fuzz_harness(name [LIB] sources...): tests/fuzz/fuzz_<name>.c with the
+# library sources it needs (relative to src/; other paths relative to the
+# project), or with LIB the whole library (libkt_fuzz.a).
 function(kt_fuzz_harness name)
   set(srcs ${KT_FUZZ_DIR}/fuzz_${name}.c)
+  set(libs)
+  set(deps)
   foreach(s ${ARGN})
-    list(APPEND srcs ${PROJECT_SOURCE_DIR}/src/${s})
+    if(s STREQUAL "LIB")
+      set(libs ${KT_FUZZ_LIB} -lpthread -lrt -lm)
+      set(deps kt_fuzz_lib ${KT_FUZZ_LIB})
+    elseif(s MATCHES "^(tools|tests)/")
+      list(APPEND srcs ${PROJECT_SOURCE_DIR}/${s})
+    else()
+      list(APPEND srcs ${PROJECT_SOURCE_DIR}/src/${s})
+    endif()
   endforeach()
   add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/fuzz/fuzz_${name}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/fuzz
-    COMMAND ${KT_CLANG} ${KT_FUZZ_FLAGS} ${srcs} -o ${CMAKE_BINARY_DIR}/fuzz/fuzz_${name}
-    DEPENDS ${srcs} COMMENT "libFuzzer harness fuzz_${name}" VERBATIM)
+    COMMAND ${KT_CLANG} ${KT_FUZZ_FLAGS} ${srcs} ${libs} -o ${CMAKE_BINARY_DIR}/fuzz/fuzz_${name}
+    DEPENDS ${srcs} ${deps} IMPLICIT_DEPENDS C ${srcs} COMMENT "libFuzzer harness fuzz_${name}" VERBATIM)
   add_custom_target(fuzz_${name} ALL DEPENDS ${CMAKE_BINARY_DIR}/fuzz/fuzz_${name})
+  if(deps)
+    add_dependencies(fuzz_${name} kt_fuzz_lib)
+  endif()
   add_test(NAME fuzz_smoke_${name}
     COMMAND sh ${KT_FUZZ_DIR}/run.sh ${CMAKE_BINARY_DIR}/fuzz/fuzz_${name} ${KT_FUZZ_DIR}/corpus/${name}
             ${KT_FUZZ_DIR}/regress/${name} 5)
@@ -43,3 +83,9 @@ kt_fuzz_harness(jobenv core/hostlist.c core/jobenv.c core/error.c core/log.c cor
                 store/store.c)
 kt_fuzz_harness(store_server store/tcp_server.c store/tcp_client.c store/store.c core/error.c core/log.c
                 core/params.c core/util.c)
+kt_fuzz_harness(algo LIB)
+kt_fuzz_harness(run LIB tools/kaitian/run_devices.c tools/kaitian/run_node.c tools/kaitian/run_output.c
+                tools/kaitian/run_proc.c)
+kt_fuzz_harness(store_client store/store.c core/error.c core/log.c core/params.c core/util.c)
+kt_fuzz_harness(tcp LIB)
+kt_fuzz_harness(shm LIB)
