@@ -2,8 +2,8 @@
  * peer (src/transport/tcp.c, included here to reach its static functions):
  * the hello of a new connection (hello_ok), message headers and striped
  * payloads on the data lanes (advance_recvs, check_header), and the control
- * stream's frames: goodbye, abort notice, status notice, send-wait notice
- * (handle_ctrl, check_status, check_sendwait).
+ * stream's frames: goodbye, abort notice, status notice, send-wait notice,
+ * cycle probe (handle_ctrl, check_status, check_sendwait, handle_probe).
  *
  * Each input builds rank 0 of a communicator of 2 or 3 ranks whose peer 1
  * is connected by socketpairs: 1 to 4 data lanes and a control socket. The
