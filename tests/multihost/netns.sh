@@ -68,46 +68,21 @@ esac
 [ -x "$KT" ] || { echo "FAIL: $KT is not executable" >&2; exit 1; }
 KT=$(cd "$(dirname "$KT")" && pwd)/$(basename "$KT")
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/kt_multihost.XXXXXX")
-P="kt$$"                       # prefix of every namespace of this run
+. "$(dirname "$0")/hosts.sh"
+P=$HOSTS_P                     # prefix of every namespace of this run
 NS_BR="${P}br"
-X=$(( ($$ / 250) % 250 + 1 ))  # 10.X.Y.0/24, from the pid: unique per run
-Y=$(( $$ % 250 + 1 ))
-NET="10.$X.$Y"
+NET=$HOSTS_NET
 PORT=29400
 JOB_LIMIT=240                  # seconds a job may take before it counts as hung
 
-command -v ip >/dev/null 2>&1 || { echo "SKIP: no 'ip' command (iproute2)"; exit 77; }
-if ! err=$(ip netns add "$NS_BR" 2>&1); then
-  echo "SKIP: cannot create a network namespace ('ip netns add' failed: $err); this test needs root"
-  rm -rf "$TMP"
-  exit 77
-fi
-
-node_ns() { echo "${P}$1"; }  # node 0,1,2 -> kt<pid>0..2
-
-kill_ns_procs() {
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$P"); do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-  done
-}
+node_ns() { hosts_ns "$1"; }  # node 0,1,2 -> kt<pid>0..2
 
 cleanup() {
   rc=$?
-  kill_ns_procs
-  sleep 0.2
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$P"); do
-    ip netns del "$ns" 2>/dev/null || echo "warning: cannot delete namespace $ns" >&2
-  done
-  left=$(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$P" | tr '\n' ' ')
-  if [ -n "$left" ]; then
-    echo "FAIL: namespaces left behind: $left" >&2
-    rc=1
-  fi
+  hosts_down || rc=1
   rm -rf "$TMP"
   exit $rc
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 fail() {
   echo "FAIL: $*" >&2
@@ -120,23 +95,17 @@ fail() {
 }
 
 step() { echo "== $*"; }
-must() { "$@" || fail "setup step failed: $*"; }
 
 # ---- the network ------------------------------------------------------------
 step "creating namespaces ${P}0..2 and $NS_BR, bridge, veths, $NET.1-3/24"
-must ip -n "$NS_BR" link add br0 type bridge
-must ip -n "$NS_BR" link set lo up
-must ip -n "$NS_BR" link set br0 up
-for k in 0 1 2; do
-  ns=$(node_ns $k)
-  must ip netns add "$ns"
-  must ip -n "$NS_BR" link add "p$k" type veth peer name ktv0 netns "$ns"
-  must ip -n "$NS_BR" link set "p$k" master br0
-  must ip -n "$NS_BR" link set "p$k" up
-  must ip -n "$ns" link set lo up
-  must ip -n "$ns" addr add "$NET.$((k + 1))/24" dev ktv0
-  must ip -n "$ns" link set ktv0 up
-done
+hosts_up 3 "$TMP"
+case $? in
+  0) ;;
+  77) echo "SKIP: $HOSTS_WHY"; rm -rf "$TMP"; exit 77 ;;
+  *) trap cleanup EXIT; fail "setup: $HOSTS_WHY" ;;
+esac
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 # Make one link feel like a network (1 ms each way on node 2's port).
 if tc -n "$NS_BR" qdisc add dev p2 root netem delay 1ms 2>"$TMP/tc.log"; then
   echo "node 2's link delayed by 1 ms (netem)"
@@ -145,14 +114,6 @@ else
 fi
 
 # ---- jobs -------------------------------------------------------------------
-
-# Each node gets its own host name (a UTS namespace), as separate hosts have.
-UTS="unshare --uts"
-if ! unshare --uts true 2>/dev/null; then
-  UTS=""
-  echo "note: 'unshare --uts' does not work here; the nodes share the host name"
-fi
-export UTS
 
 # start_node K NNODES OUTNAME [VAR=VALUE ...] -- PROGRAM ARGS...: start the
 # launcher of node K in its namespace, with its own host name (UTS namespace),
@@ -174,8 +135,7 @@ start_node() {
   while [ "$1" != "--" ]; do envs="$envs $1"; shift; done
   shift
   # shellcheck disable=SC2086
-  ip netns exec "$(node_ns "$k")" $UTS sh -c '[ -z "$UTS" ] || hostname "$0" && exec "$@"' "ktnode$k" \
-    env KAITIAN_JOB_SECRET="$SECRET" $envs \
+  hosts_exec "$k" env KAITIAN_JOB_SECRET="$SECRET" $envs \
     "$KT" run -n "$(nproc_of "$k")" --nnodes "$nn" --node-rank "$k" --master "$NET.1:$PORT" "$@" \
     >"$TMP/$name.$k.out" 2>"$TMP/$name.$k.err" &
   echo $! >"$TMP/$name.$k.pid"
@@ -396,8 +356,7 @@ if [ "$MODE" = hetero ]; then
     new_secret
     for k in 0 1; do
       np=$((3 - k))
-      ip netns exec "$(node_ns "$k")" $UTS sh -c '[ -z "$UTS" ] || hostname "$0" && exec "$@"' "ktnode$k" \
-        env KAITIAN_JOB_SECRET="$SECRET" KAITIAN_TIMEOUT=120000 GLOO_SOCKET_IFNAME=ktv0 \
+      hosts_exec "$k" env KAITIAN_JOB_SECRET="$SECRET" KAITIAN_TIMEOUT=120000 GLOO_SOCKET_IFNAME=ktv0 \
         "$KT" run --devices "cpu:$np" --nnodes 2 --node-rank "$k" --master "$NET.1:$PORT" \
         "$HETERO" exact --caps 1,2,5,1,3 --accum 2 --backend "$backend" \
         >"$TMP/het$backend.$k.out" 2>"$TMP/het$backend.$k.err" &
