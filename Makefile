@@ -29,7 +29,7 @@ help:
 	@echo "make test     install missing packages, build, run the suite (release, then ASan+UBSan)"
 	@echo "make tsan     run the suite under ThreadSanitizer"
 	@echo "make fuzz     every libFuzzer harness for FUZZ_SECONDS (default 600) each (tests/fuzz/)"
-	@echo "make chaos    TRIALS (default 100) jobs of each kind with a rank killed or stopped at random (tests/fault/chaos.sh)"
+	@echo "make chaos    TRIALS (default 100) jobs of each kind with a rank killed or stopped at random, on one host and on 2 netns hosts (with a host's link taken down) (tests/fault/chaos.sh)"
 	@echo "make soak     a long run on 4 ranks whose memory and descriptors must stay flat (tests/soak/soak.sh)"
 	@echo "make install  install to PREFIX=$(PREFIX) (library, header, kaitian, pkg-config, CMake package,"
 	@echo "              Python package torch_kaitian)"
@@ -85,7 +85,11 @@ fuzz: build
 
 TRIALS ?= 100
 chaos: build
-	sh tests/fault/chaos.sh $(BUILD)/kaitian $(BUILD)/tests/fault_prog $(TRIALS) 4
+	@status=0; \
+	sh tests/fault/chaos.sh $(BUILD)/kaitian $(BUILD)/tests/fault_prog $(TRIALS) 4 || status=1; \
+	sh tests/fault/chaos.sh --hosts 2 $(BUILD)/kaitian $(BUILD)/tests/fault_prog $(TRIALS) 4; rc=$$?; \
+	[ $$rc = 0 ] || [ $$rc = 77 ] || status=1; \
+	exit $$status
 
 soak: build
 	sh tests/soak/soak.sh $(BUILD)/kaitian $(BUILD)/tests/soak_prog 4

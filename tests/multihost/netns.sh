@@ -22,7 +22,9 @@
 #   Every launcher must exit 0 in 1-3.
 # MODE kill (PROGRAM: fault_prog): a rank of node 2 is killed by SIGKILL in
 #   the middle of allreduces: every launcher must exit non-zero naming it, and
-#   every survivor must report KT_ERR_PEER_FAILED naming the dead rank; then on
+#   every survivor must report KT_ERR_PEER_FAILED naming the dead rank; a
+#   rank of node 1 that is not its host's inter-host rank is stopped (SIGSTOP)
+#   on 2 nodes x 2 ranks: every other rank must time out naming it; then on
 #   2 nodes x 2 ranks, every rank must get an error naming another rank within
 #   5 s (fault_prog mismatch) when rank 1 allreduces with AVG and the others
 #   with SUM (kind=avg), and when rank 1 calls broadcast while the others call
@@ -293,6 +295,39 @@ if [ "$MODE" = kill ]; then
   done
   check_no_procs kill
   echo "kill: every launcher exited non-zero ($RC_0 $RC_1 $RC_2), survivors named rank 5"
+
+  step "SIGSTOP of rank 3 (not its host's inter-host rank) in the middle of allreduces, 2 nodes x 2 ranks"
+  # Rank 0 waits in the inter-host phase for rank 2, which waits in its
+  # host's shared-memory phase for the stopped rank 3: rank 0's own timeout
+  # must name rank 3 too (nothing heard from it), not only rank 2.
+  new_secret
+  mkdir -p "$TMP/stop"
+  for k in 0 1; do
+    start_node $k 2 stop KAITIAN_TIMEOUT=3000 -- "$FAULT" killloop "dir=$TMP/stop" count=1048576 expect=timeout
+  done
+  wait_started stop 4
+  vpid=$(cat "$TMP/stop/pid.3")
+  sleep 0.3
+  stop_ms=$(date +%s%3N)
+  kill -STOP "$vpid" || fail "stop: cannot stop rank 3 (pid $vpid)"
+  wait_nodes stop 2 60
+  for k in 0 1; do
+    eval "rc=\$RC_$k"
+    [ "$rc" != 0 ] || fail "stop: the launcher of node $k exited 0 although rank 3 was stopped"
+  done
+  for r in 0 1 2; do
+    line=$(cat "$TMP"/stop.*.err | grep -m1 "^\[$r\] FAULT_ERROR ") ||
+      fail "stop: rank $r printed no error after rank 3 was stopped"
+    echo "$line" | grep -Eq 'code=KT_ERR_TIMEOUT .*rank 3([^0-9]|$)' ||
+      fail "stop: rank $r's error is not a timeout naming rank 3: $line"
+    t=$(echo "$line" | sed -n 's/.* t_ms=\([0-9]*\).*/\1/p')
+    [ -n "$t" ] && [ $((t - stop_ms)) -lt 13000 ] ||
+      fail "stop: rank $r's error came $((t - stop_ms)) ms after the stop (limit 13 s): $line"
+    echo "  $(echo "$line" | cut -c1-120)...$(echo "$line" | grep -o 'waiting for:.*' | cut -c1-160) (+$((t - stop_ms)) ms)"
+  done
+  ! cat "$TMP"/stop.*.err | grep -q FAULT_CHECK_FAILED || fail "stop: $(cat "$TMP"/stop.*.err | grep -m1 FAULT_CHECK_FAILED)"
+  check_no_procs stop
+  echo "stop: every launcher exited non-zero ($RC_0 $RC_1), every survivor named rank 3"
 
   step "a whole host lost: every process of node 2 (launcher and ranks 4, 5) SIGKILLed mid-allreduce"
   new_secret
