@@ -18,7 +18,8 @@
 #   * every launcher exits non-zero (kill: the victim's launcher naming the
 #     rank as killed by signal 9);
 #   * no process of the job remains (--hosts: none in any namespace) and
-#     nothing is left in /dev/shm;
+#     nothing of it is left in /dev/shm (its segments end with a rank's pid;
+#     other jobs on the machine may make their own meanwhile);
 #   * nothing hangs: a hard watchdog of 60 s per trial (linkdown: 90 s).
 # One host (default): NP ranks of one `kaitian run`. --hosts H: H "hosts"
 # made of network namespaces (tests/multihost/hosts.sh), NP/H ranks each,
@@ -65,6 +66,18 @@ if [ "$HOSTS" -gt 0 ]; then
 fi
 
 rand() { od -An -N4 -tu4 /dev/urandom | tr -d ' '; }
+
+# Entries of /dev/shm new since shm_snapshot that this trial's job made: a
+# segment's name ends with the pid of its communicator's rank 0, one of the
+# ranks in $TMP/pid.* (other jobs on the machine may come and go meanwhile).
+shm_new_of_job() {
+  shm_list >"$TMP/shm.after"
+  for e in $(comm -13 "$TMP/shm.before" "$TMP/shm.after"); do
+    for f in "$TMP"/pid.*; do
+      [ -f "$f" ] && [ "${e##*-}" = "$(cat "$f")" ] && { echo "$e"; break; }
+    done
+  done | tr '\n' ' '
+}
 
 # trial KIND N: one trial; prints "ok DETECT_MS" or "fail REASON" on stdout.
 trial() {
@@ -139,8 +152,7 @@ trial() {
   fi
   left=$(leftovers)
   [ -z "$left" ] || { echo "fail $what: processes left: $left"; return; }
-  shm_list >"$TMP/shm.after"
-  new=$(comm -13 "$TMP/shm.before" "$TMP/shm.after" | tr '\n' ' ')
+  new=$(shm_new_of_job)
   [ -z "$new" ] || { echo "fail $what: left in /dev/shm: $new"; return; }
   echo "ok $worst"
 }
@@ -278,8 +290,7 @@ trial_hosts() {
   done
   left=$(leftovers)
   [ -z "$left" ] || { echo "fail $what: processes left: $left"; return; }
-  shm_list >"$TMP/shm.after"
-  new=$(comm -13 "$TMP/shm.before" "$TMP/shm.after" | tr '\n' ' ')
+  new=$(shm_new_of_job)
   [ -z "$new" ] || { echo "fail $what: left in /dev/shm: $new"; return; }
   echo "ok $worst"
 }
