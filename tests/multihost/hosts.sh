@@ -15,7 +15,7 @@
 #   hosts_down              kill every process, delete every namespace;
 #                           returns 1 (and says so) when one is left
 # Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN).
-HOSTS_P="kt$$"
+HOSTS_P="kt$$-"  # the dash: kt12-... never matches kt123-...
 HOSTS_X=$(( ($$ / 250) % 250 + 1 ))  # 10.X.Y.0/24 from the pid: unique per run
 HOSTS_Y=$(( $$ % 250 + 1 ))
 HOSTS_NET="10.$HOSTS_X.$HOSTS_Y"

@@ -77,7 +77,7 @@ NET=$HOSTS_NET
 PORT=29400
 JOB_LIMIT=240                  # seconds a job may take before it counts as hung
 
-node_ns() { hosts_ns "$1"; }  # node 0,1,2 -> kt<pid>0..2
+node_ns() { hosts_ns "$1"; }  # node 0,1,2 -> kt<pid>-0..2
 
 cleanup() {
   rc=$?
