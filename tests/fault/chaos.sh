@@ -79,6 +79,15 @@ shm_new_of_job() {
   done | tr '\n' ' '
 }
 
+# abandon: a trial failed before its end: kill its job (the next trial must
+# not find it).
+abandon() {
+  [ -n "$LPID" ] && kill -9 "$LPID" 2>/dev/null
+  for p in $(leftovers); do kill -9 "$p" 2>/dev/null; done
+  [ -n "$LPID" ] && wait "$LPID" 2>/dev/null
+  LPID=""
+}
+
 # trial KIND N: one trial; prints "ok DETECT_MS" or "fail REASON" on stdout.
 trial() {
   kind=$1 n=$2
@@ -92,16 +101,18 @@ trial() {
   LPID=$!
   what="$kind trial $n (seed $seed, rank $victim after $delay_ms ms)"
   i=0
-  while [ "$(grep -c 'FAULT_STARTED' "$TMP/job.out" 2>/dev/null)" -lt "$NP" ]; do
+  # (cat: job.out may not exist yet, and grep -c of no file prints nothing)
+  while [ "$(cat "$TMP/job.out" 2>/dev/null | grep -c 'FAULT_STARTED')" -lt "$NP" ]; do
     i=$((i + 1))
     if [ $i -gt 300 ] || ! kill -0 "$LPID" 2>/dev/null; then
+      abandon
       echo "fail $what: the ranks did not all start within 30 s"
       return
     fi
     sleep 0.1
   done
   vpid=$(cat "$TMP/pid.$victim" 2>/dev/null)
-  [ -n "$vpid" ] || { echo "fail $what: rank $victim wrote no pid"; return; }
+  [ -n "$vpid" ] || { abandon; echo "fail $what: rank $victim wrote no pid"; return; }
   sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
   kill_ms=$(now_ms)
   if [ "$kind" = kill ]; then kill -9 "$vpid"; else kill -STOP "$vpid"; fi
