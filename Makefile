@@ -29,8 +29,8 @@ help:
 	@echo "make test     install missing packages, build, run the suite (release, then ASan+UBSan)"
 	@echo "make tsan     run the suite under ThreadSanitizer"
 	@echo "make fuzz     every libFuzzer harness for FUZZ_SECONDS (default 600) each (tests/fuzz/)"
-	@echo "make chaos    TRIALS (default 100) jobs of each kind with a rank killed or stopped at random (tests/fault/chaos.sh)"
-	@echo "make soak     a long run on 4 ranks whose memory and descriptors must stay flat (tests/soak/soak.sh)"
+	@echo "make chaos    TRIALS (default 100) jobs of each kind with a rank killed or stopped at random, on one host and on 2 netns hosts (with a host's link taken down) (tests/fault/chaos.sh)"
+	@echo "make soak     long runs on 4 ranks (one host; 2 netns hosts; 1000 torch groups) whose memory and descriptors must stay flat (tests/soak/)"
 	@echo "make install  install to PREFIX=$(PREFIX) (library, header, kaitian, pkg-config, CMake package,"
 	@echo "              Python package torch_kaitian)"
 
@@ -85,10 +85,19 @@ fuzz: build
 
 TRIALS ?= 100
 chaos: build
-	sh tests/fault/chaos.sh $(BUILD)/kaitian $(BUILD)/tests/fault_prog $(TRIALS) 4
+	@status=0; \
+	sh tests/fault/chaos.sh $(BUILD)/kaitian $(BUILD)/tests/fault_prog $(TRIALS) 4 || status=1; \
+	sh tests/fault/chaos.sh --hosts 2 $(BUILD)/kaitian $(BUILD)/tests/fault_prog $(TRIALS) 4; rc=$$?; \
+	[ $$rc = 0 ] || [ $$rc = 77 ] || status=1; \
+	exit $$status
 
 soak: build
-	sh tests/soak/soak.sh $(BUILD)/kaitian $(BUILD)/tests/soak_prog 4
+	@status=0; \
+	sh tests/soak/soak.sh $(BUILD)/kaitian $(BUILD)/tests/soak_prog 4 || status=1; \
+	sh tests/soak/soak.sh --hosts 2 $(BUILD)/kaitian $(BUILD)/tests/soak_prog 4; rc=$$?; \
+	[ $$rc = 0 ] || [ $$rc = 77 ] || status=1; \
+	$(KT_PY_ENV) sh tests/soak/soak.sh $(BUILD)/kaitian tests/soak/soak_torch.py 4 groups=1000 || status=1; \
+	exit $$status
 
 tsan: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKT_SANITIZE_THREAD=ON

@@ -288,9 +288,12 @@ class ProcessGroupKaitian(_Base):
         self._prefix = f"kaitian/{gen}"
         bridge = StoreBridge(store)
         comms = []
+        parts = ("coll", "p2p-up", "p2p-down") if size > 1 else ("coll",)
         try:
-            for part in ("coll", "p2p-up", "p2p-down") if size > 1 else ("coll",):
+            for part in parts:
                 comms.append(self._init_comm(bridge, f"{self._prefix}/{part}"))
+            if size > 1:
+                self._forget_addresses(comms[0], parts)
         except BaseException:
             _release_comms(comms, C.InFlight())
             raise
@@ -302,6 +305,23 @@ class ProcessGroupKaitian(_Base):
         self._comms = comms
         self._completer = C.completer()
         self._finalizer = weakref.finalize(self, _release_comms, comms, self._outstanding, os.getpid())
+
+    def _forget_addresses(self, comm, parts):
+        """Delete the keys this rank published to set its communicators up
+        (each rank its address under <prefix>/<part>/tcp/<rank>), once every
+        rank has read them: past a barrier on the first, every rank has set up
+        all of them. Else every group made and destroyed would leave its keys
+        in the store (torch's TCPStore lives in rank 0's process) for good."""
+        rc = _lib_.kt_barrier(comm)
+        if rc != _lib.SUCCESS:
+            raise C.KaitianError(rc, f"kaitian backend: rank {self._rank} of {self._size}: the barrier after "
+                                     f"setting up the communicators failed: {_lib.strerror(rc)}: "
+                                     f"{_lib.last_error()}")
+        for part in parts:
+            try:
+                self._store.delete_key(f"{self._prefix}/{part}/tcp/{self._rank}")
+            except Exception:  # noqa: BLE001 - some stores (FileStore) cannot delete; harmless
+                pass
 
     def _init_comm(self, bridge, prefix):
         comm = ctypes.c_void_p()

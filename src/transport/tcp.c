@@ -105,6 +105,7 @@ struct peer {
   kt__xfer *rq_head, *rq_tail; /* receives, in issue order */
   uint64_t tx_posted, rx_done; /* messages posted to it; messages from it received */
   bool said_bye;
+  int64_t heard_ns;     /* when a byte last came from it, on any of its sockets (describe_timeout) */
   kt_result abort_code; /* its abort notice, once read: what it reported ... */
   char *abort_msg;      /* ... and why (kept: its connection closing next is no news) */
   size_t ctrl_fill;
@@ -358,7 +359,8 @@ static kt_result check_header(kt__exec *ex, int peer, const kt__xfer *x, const u
   hdr got;
   memcpy(&got, raw, sizeof got);
   if (got.magic != HDR_MAGIC)
-    return kt__err(KT_ERR_INTERNAL, "corrupt message header from rank %d (magic 0x%x)", peer, got.magic);
+    return kt__err(KT_ERR_INTERNAL, "corrupt message header from rank %d (magic 0x%x)", kt__rank_label(ex->comm, peer),
+                   got.magic);
   const kt__op *op = ex->op;
   hdr want = op_hdr(op, x->tag, x->len);
   /* Point-to-point messages match by kind, tag, length and dtype only: ranks
@@ -399,6 +401,7 @@ static kt_result advance_recvs(kt__exec *ex, int peer, int s, bool *moved) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return KT_SUCCESS;
         return peer_lost(ex, peer, "receiving data", errno);
       }
+      p->heard_ns = kt__now_ns();
       size_t h = KT_MIN((size_t)r, KT_NET_HDR_BYTES - l->rhdr);
       l->rhdr += h;
       l->rdone += (size_t)r - h;
@@ -559,6 +562,7 @@ static kt_result handle_ctrl(kt__exec *ex, int peer) {
     KT_SYSCALL_RETRY(r, recv(p->ctrl_fd, p->ctrl_buf + p->ctrl_fill,
                              sizeof p->ctrl_buf - p->ctrl_fill, MSG_DONTWAIT));
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return KT_SUCCESS;
+    if (r > 0) p->heard_ns = kt__now_ns();
     if (r <= 0) {
       if (p->said_bye) { /* orderly: stop watching it */
         close(p->ctrl_fd);
@@ -570,18 +574,18 @@ static kt_result handle_ctrl(kt__exec *ex, int peer) {
       if (!ex->op) /* kt__net_check_peers from setup */
         return kt__err(KT_ERR_PEER_FAILED,
                        "%s died or closed its connection while setting up the communicator (noticed by rank %d)",
-                       who, c->rank);
+                       who, kt__rank_label(c, c->rank));
       return kt__err(KT_ERR_PEER_FAILED,
                      "%s died or closed its connection without destroying its communicator "
                      "(noticed by rank %d during op #%llu %s)",
-                     who, c->rank, (unsigned long long)ex->op->seq, kt__coll_name(ex->op->coll));
+                     who, kt__rank_label(c, c->rank), (unsigned long long)ex->op->seq, kt__coll_name(ex->op->coll));
     }
     p->ctrl_fill += (size_t)r;
     while (p->ctrl_fill >= sizeof(struct ctrl_frame)) {
       struct ctrl_frame f;
       memcpy(&f, p->ctrl_buf, sizeof f);
       if (f.magic != CTRL_MAGIC || f.len >= KT_TCP_CTRL_TEXT)
-        return kt__err(KT_ERR_INTERNAL, "corrupt control frame from rank %d", peer);
+        return kt__err(KT_ERR_INTERNAL, "corrupt control frame from rank %d", kt__rank_label(c, peer));
       size_t total = sizeof f + f.len;
       if (p->ctrl_fill < total) break;
       char text[KT_TCP_CTRL_TEXT + 1];
@@ -615,6 +619,26 @@ static kt_result handle_ctrl(kt__exec *ex, int peer) {
   }
 }
 
+/* The ranks of the op's communicator (the parent's, for a phase: it has a
+ * socket to every rank) heard from on no socket since the op began. A rank
+ * that waits sends status notices (kt__net_stuck) from STATUS_FIRST_NS on, so
+ * after twice that, silence means stopped, hung, cut off or busy elsewhere:
+ * the rank this one waits for may itself be waiting for one of those, and it
+ * is the one to name (as shm.c names ranks with no activity). */
+static void quiet_ranks(const kt__exec *ex, char *buf, size_t cap) {
+  const kt__exec *top = ex->parent ? ex->parent : ex;
+  const struct kt_comm_s *c = top->comm;
+  const struct kt__tcp *t = c->tcp;
+  buf[0] = '\0';
+  int64_t began = top->deadline_ns - c->timeout_ms * 1000000, now = kt__now_ns();
+  if (!t || now - began < 2 * STATUS_FIRST_NS) return;
+  size_t off = 0;
+  for (int i = 0; i < t->nranks && off + 48 < cap; i++) {
+    if (i == c->rank || t->peers[i].said_bye || t->peers[i].heard_ns >= began) continue;
+    off += (size_t)snprintf(buf + off, cap - off, "%s rank %d", off ? "," : "", kt__rank_label(c, i));
+  }
+}
+
 static kt_result describe_timeout(kt__exec *ex) {
   struct kt_comm_s *c = ex->comm;
   char pend[512] = "";
@@ -624,27 +648,31 @@ static kt_result describe_timeout(kt__exec *ex) {
     struct peer *p = &c->tcp->peers[i];
     if (p->rq_head) {
       off += (size_t)snprintf(pend + off, sizeof pend - off, "%s receive from rank %d (%zu/%zu bytes)",
-                              shown ? "," : "", i, p->rq_head->done, p->rq_head->len);
+                              shown ? "," : "", kt__rank_label(c, i), p->rq_head->done, p->rq_head->len);
       shown++;
     }
     if (p->sq_head && off < sizeof pend && shown < 4) {
       off += (size_t)snprintf(pend + off, sizeof pend - off, "%s send to rank %d (%zu/%zu bytes)",
-                              shown ? "," : "", i, p->sq_head->done, p->sq_head->len);
+                              shown ? "," : "", kt__rank_label(c, i), p->sq_head->done, p->sq_head->len);
       shown++;
     }
     if (off >= sizeof pend) break;
   }
+  char quiet[256];
+  quiet_ranks(ex, quiet, sizeof quiet);
   return kt__err(KT_ERR_TIMEOUT,
-                 "rank %d: op #%llu %s timed out after %lld ms (KAITIAN_TIMEOUT) waiting for:%s",
-                 c->rank, (unsigned long long)ex->op->seq, kt__coll_name(ex->op->coll),
-                 (long long)c->timeout_ms, pend[0] ? pend : " nothing posted");
+                 "rank %d: op #%llu %s timed out after %lld ms (KAITIAN_TIMEOUT) waiting for:%s%s%s",
+                 kt__rank_label(c, c->rank), (unsigned long long)ex->op->seq, kt__coll_name(ex->op->coll),
+                 (long long)c->timeout_ms, pend[0] ? pend : " nothing posted",
+                 quiet[0] ? "; nothing heard since the op began (stopped, hung, cut off or busy elsewhere) from" : "",
+                 quiet);
 }
 
 kt_result kt__net_progress(kt__exec *ex, bool block) {
   struct kt_comm_s *c = ex->comm;
   struct kt__tcp *t = c->tcp;
   if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
-    return kt__err(KT_ERR_ABORTED, "rank %d: communicator aborted (kt_comm_abort)", c->rank);
+    return kt__err(KT_ERR_ABORTED, "rank %d: communicator aborted (kt_comm_abort)", kt__rank_label(c, c->rank));
   bool moved = false;
   for (int i = 0; i < t->nranks; i++) {
     struct peer *p = &t->peers[i];
@@ -690,7 +718,7 @@ kt_result kt__net_progress(kt__exec *ex, bool block) {
     if (!t->pfds[k].revents) continue;
     int who = t->pfd_peer[k];
     if (who == INT32_MIN)
-      return kt__err(KT_ERR_ABORTED, "rank %d: communicator aborted (kt_comm_abort)", c->rank);
+      return kt__err(KT_ERR_ABORTED, "rank %d: communicator aborted (kt_comm_abort)", kt__rank_label(c, c->rank));
     if (who < 0) KT_CHECK(handle_ctrl(ex, -1 - who));
   }
   return KT_SUCCESS;

@@ -3,7 +3,10 @@
  * started by `kaitian run` from the scripts in tests/fault/.
  *
  * Usage: fault_prog SCENARIO [key=value ...]
- *   killloop   dir=D [count=N]        loop allreduces until a peer is killed
+ *   killloop   dir=D [count=N] [expect=peer_failed|timeout]
+ *                                      loop allreduces until a peer is killed
+ *                                      (expect=timeout: stopped, so the error
+ *                                      expected is KT_ERR_TIMEOUT)
  *   deadpeer   victim=V mode=kill|exit   V dies after a barrier
  *   timeout    sleeper=S sleep_ms=T expect_ms=E [strict=0|1]
  *   mismatch   kind=bcast|bcastroot1|count|countlarge|dtype|op
@@ -321,9 +324,10 @@ static int scenario_killloop(kt_comm comm) {
       snprintf(msg, sizeof msg, "%s", kt_last_error());
       report_error("allreduce", r, msg, mono_ms() - t0);
       /* Which rank died is the script's knowledge; it checks the name. */
-      if (r != KT_ERR_PEER_FAILED) {
-        char name[64];
-        check_failed("expected KT_ERR_PEER_FAILED after a peer was killed, got %s: %s",
+      kt_result want_code = strcmp(arg("expect", "peer_failed"), "timeout") ? KT_ERR_PEER_FAILED : KT_ERR_TIMEOUT;
+      if (r != want_code) {
+        char name[64], wname[64];
+        check_failed("expected %s after a peer was lost, got %s: %s", code_name(want_code, wname, sizeof wname),
                      code_name(r, name, sizeof name), msg);
       }
       return after_peer_loss(comm, r, msg, "killloop: peer failure reported, broken communicator behaved");

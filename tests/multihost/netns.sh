@@ -22,7 +22,9 @@
 #   Every launcher must exit 0 in 1-3.
 # MODE kill (PROGRAM: fault_prog): a rank of node 2 is killed by SIGKILL in
 #   the middle of allreduces: every launcher must exit non-zero naming it, and
-#   every survivor must report KT_ERR_PEER_FAILED naming the dead rank; then on
+#   every survivor must report KT_ERR_PEER_FAILED naming the dead rank; a
+#   rank of node 1 that is not its host's inter-host rank is stopped (SIGSTOP)
+#   on 2 nodes x 2 ranks: every other rank must time out naming it; then on
 #   2 nodes x 2 ranks, every rank must get an error naming another rank within
 #   5 s (fault_prog mismatch) when rank 1 allreduces with AVG and the others
 #   with SUM (kind=avg), and when rank 1 calls broadcast while the others call
@@ -68,46 +70,21 @@ esac
 [ -x "$KT" ] || { echo "FAIL: $KT is not executable" >&2; exit 1; }
 KT=$(cd "$(dirname "$KT")" && pwd)/$(basename "$KT")
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/kt_multihost.XXXXXX")
-P="kt$$"                       # prefix of every namespace of this run
+. "$(dirname "$0")/hosts.sh"
+P=$HOSTS_P                     # prefix of every namespace of this run
 NS_BR="${P}br"
-X=$(( ($$ / 250) % 250 + 1 ))  # 10.X.Y.0/24, from the pid: unique per run
-Y=$(( $$ % 250 + 1 ))
-NET="10.$X.$Y"
+NET=$HOSTS_NET
 PORT=29400
 JOB_LIMIT=240                  # seconds a job may take before it counts as hung
 
-command -v ip >/dev/null 2>&1 || { echo "SKIP: no 'ip' command (iproute2)"; exit 77; }
-if ! err=$(ip netns add "$NS_BR" 2>&1); then
-  echo "SKIP: cannot create a network namespace ('ip netns add' failed: $err); this test needs root"
-  rm -rf "$TMP"
-  exit 77
-fi
-
-node_ns() { echo "${P}$1"; }  # node 0,1,2 -> kt<pid>0..2
-
-kill_ns_procs() {
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$P"); do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-  done
-}
+node_ns() { hosts_ns "$1"; }  # node 0,1,2 -> kt<pid>-0..2
 
 cleanup() {
   rc=$?
-  kill_ns_procs
-  sleep 0.2
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$P"); do
-    ip netns del "$ns" 2>/dev/null || echo "warning: cannot delete namespace $ns" >&2
-  done
-  left=$(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$P" | tr '\n' ' ')
-  if [ -n "$left" ]; then
-    echo "FAIL: namespaces left behind: $left" >&2
-    rc=1
-  fi
+  hosts_down || rc=1
   rm -rf "$TMP"
   exit $rc
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 fail() {
   echo "FAIL: $*" >&2
@@ -120,23 +97,17 @@ fail() {
 }
 
 step() { echo "== $*"; }
-must() { "$@" || fail "setup step failed: $*"; }
 
 # ---- the network ------------------------------------------------------------
 step "creating namespaces ${P}0..2 and $NS_BR, bridge, veths, $NET.1-3/24"
-must ip -n "$NS_BR" link add br0 type bridge
-must ip -n "$NS_BR" link set lo up
-must ip -n "$NS_BR" link set br0 up
-for k in 0 1 2; do
-  ns=$(node_ns $k)
-  must ip netns add "$ns"
-  must ip -n "$NS_BR" link add "p$k" type veth peer name ktv0 netns "$ns"
-  must ip -n "$NS_BR" link set "p$k" master br0
-  must ip -n "$NS_BR" link set "p$k" up
-  must ip -n "$ns" link set lo up
-  must ip -n "$ns" addr add "$NET.$((k + 1))/24" dev ktv0
-  must ip -n "$ns" link set ktv0 up
-done
+hosts_up 3 "$TMP"
+case $? in
+  0) ;;
+  77) echo "SKIP: $HOSTS_WHY"; rm -rf "$TMP"; exit 77 ;;
+  *) trap cleanup EXIT; fail "setup: $HOSTS_WHY" ;;
+esac
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 # Make one link feel like a network (1 ms each way on node 2's port).
 if tc -n "$NS_BR" qdisc add dev p2 root netem delay 1ms 2>"$TMP/tc.log"; then
   echo "node 2's link delayed by 1 ms (netem)"
@@ -145,14 +116,6 @@ else
 fi
 
 # ---- jobs -------------------------------------------------------------------
-
-# Each node gets its own host name (a UTS namespace), as separate hosts have.
-UTS="unshare --uts"
-if ! unshare --uts true 2>/dev/null; then
-  UTS=""
-  echo "note: 'unshare --uts' does not work here; the nodes share the host name"
-fi
-export UTS
 
 # start_node K NNODES OUTNAME [VAR=VALUE ...] -- PROGRAM ARGS...: start the
 # launcher of node K in its namespace, with its own host name (UTS namespace),
@@ -174,8 +137,7 @@ start_node() {
   while [ "$1" != "--" ]; do envs="$envs $1"; shift; done
   shift
   # shellcheck disable=SC2086
-  ip netns exec "$(node_ns "$k")" $UTS sh -c '[ -z "$UTS" ] || hostname "$0" && exec "$@"' "ktnode$k" \
-    env KAITIAN_JOB_SECRET="$SECRET" $envs \
+  hosts_exec "$k" env KAITIAN_JOB_SECRET="$SECRET" $envs \
     "$KT" run -n "$(nproc_of "$k")" --nnodes "$nn" --node-rank "$k" --master "$NET.1:$PORT" "$@" \
     >"$TMP/$name.$k.out" 2>"$TMP/$name.$k.err" &
   echo $! >"$TMP/$name.$k.pid"
@@ -334,6 +296,39 @@ if [ "$MODE" = kill ]; then
   check_no_procs kill
   echo "kill: every launcher exited non-zero ($RC_0 $RC_1 $RC_2), survivors named rank 5"
 
+  step "SIGSTOP of rank 3 (not its host's inter-host rank) in the middle of allreduces, 2 nodes x 2 ranks"
+  # Rank 0 waits in the inter-host phase for rank 2, which waits in its
+  # host's shared-memory phase for the stopped rank 3: rank 0's own timeout
+  # must name rank 3 too (nothing heard from it), not only rank 2.
+  new_secret
+  mkdir -p "$TMP/stop"
+  for k in 0 1; do
+    start_node $k 2 stop KAITIAN_TIMEOUT=3000 -- "$FAULT" killloop "dir=$TMP/stop" count=1048576 expect=timeout
+  done
+  wait_started stop 4
+  vpid=$(cat "$TMP/stop/pid.3")
+  sleep 0.3
+  stop_ms=$(date +%s%3N)
+  kill -STOP "$vpid" || fail "stop: cannot stop rank 3 (pid $vpid)"
+  wait_nodes stop 2 60
+  for k in 0 1; do
+    eval "rc=\$RC_$k"
+    [ "$rc" != 0 ] || fail "stop: the launcher of node $k exited 0 although rank 3 was stopped"
+  done
+  for r in 0 1 2; do
+    line=$(cat "$TMP"/stop.*.err | grep -m1 "^\[$r\] FAULT_ERROR ") ||
+      fail "stop: rank $r printed no error after rank 3 was stopped"
+    echo "$line" | grep -Eq 'code=KT_ERR_TIMEOUT .*rank 3([^0-9]|$)' ||
+      fail "stop: rank $r's error is not a timeout naming rank 3: $line"
+    t=$(echo "$line" | sed -n 's/.* t_ms=\([0-9]*\).*/\1/p')
+    [ -n "$t" ] && [ $((t - stop_ms)) -lt 13000 ] ||
+      fail "stop: rank $r's error came $((t - stop_ms)) ms after the stop (limit 13 s): $line"
+    echo "  $(echo "$line" | cut -c1-120)...$(echo "$line" | grep -o 'waiting for:.*' | cut -c1-160) (+$((t - stop_ms)) ms)"
+  done
+  ! cat "$TMP"/stop.*.err | grep -q FAULT_CHECK_FAILED || fail "stop: $(cat "$TMP"/stop.*.err | grep -m1 FAULT_CHECK_FAILED)"
+  check_no_procs stop
+  echo "stop: every launcher exited non-zero ($RC_0 $RC_1), every survivor named rank 3"
+
   step "a whole host lost: every process of node 2 (launcher and ranks 4, 5) SIGKILLed mid-allreduce"
   new_secret
   mkdir -p "$TMP/host"
@@ -396,8 +391,7 @@ if [ "$MODE" = hetero ]; then
     new_secret
     for k in 0 1; do
       np=$((3 - k))
-      ip netns exec "$(node_ns "$k")" $UTS sh -c '[ -z "$UTS" ] || hostname "$0" && exec "$@"' "ktnode$k" \
-        env KAITIAN_JOB_SECRET="$SECRET" KAITIAN_TIMEOUT=120000 GLOO_SOCKET_IFNAME=ktv0 \
+      hosts_exec "$k" env KAITIAN_JOB_SECRET="$SECRET" KAITIAN_TIMEOUT=120000 GLOO_SOCKET_IFNAME=ktv0 \
         "$KT" run --devices "cpu:$np" --nnodes 2 --node-rank "$k" --master "$NET.1:$PORT" \
         "$HETERO" exact --caps 1,2,5,1,3 --accum 2 --backend "$backend" \
         >"$TMP/het$backend.$k.out" 2>"$TMP/het$backend.$k.err" &
