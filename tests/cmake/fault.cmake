@@ -42,6 +42,11 @@ foreach(kind bcast bcastroot1 count countlarge dtype op avg p2ptag p2pcount p2pd
 endforeach()
 kt_fault_test(mismatch.np3.count 120 3 scenario.sh --np 3 --max-s 30
   --env KAITIAN_TIMEOUT=60000 -- mismatch kind=count)
+# Rank 1's allreduce of 64 bytes runs a region algorithm, the others' of 16
+# the small-message protocol: the waiting ranks see rank 1's step move.
+kt_fault_test(mismatch.np3.countsmall 120 3 scenario.sh --np 3 --max-s 10
+  --grep "mismatched operations: rank [0-2] is in \\(op #1 allreduce, count 4.* but rank 1 .* is in \\(op #1 allreduce, count 16"
+  --env KAITIAN_TIMEOUT=60000 -- mismatch kind=countsmall)
 kt_fault_test(mismatch.np3.bcast 120 3 scenario.sh --np 3 --max-s 30
   --env KAITIAN_TIMEOUT=60000 -- mismatch kind=bcast)
 kt_fault_test(mismatch.np3.p2ptag 120 3 scenario.sh --np 3 --max-s 30

@@ -530,6 +530,9 @@ static int scenario_mismatch(kt_comm comm) {
     root = 1;
   } else if (!strcmp(kind, "count")) {
     count1 = 200;
+  } else if (!strcmp(kind, "countsmall")) { /* 16 bytes against 64: across KAITIAN_SHM_LL_BYTES (32) */
+    count = 4;
+    count1 = 16;
   } else if (!strcmp(kind, "countlarge")) {
     count = 1 << 20;
     count1 = (1 << 20) + 64;
