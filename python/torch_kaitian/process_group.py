@@ -283,7 +283,8 @@ class ProcessGroupKaitian(_Base):
         self._recv_counts = {}  # (src, tag) -> messages received (for recv from any source)
         # A generation per creation over this store, the same on every rank: a
         # group created again (after destroy) over a reused store never reads
-        # the keys of the previous one.
+        # the keys of the previous one. (A creation that succeeded leaves no
+        # key and deletes the counter: _forget_addresses.)
         gen = (int(store.add("kaitian/generation", 1)) - 1) // size
         self._prefix = f"kaitian/{gen}"
         bridge = StoreBridge(store)
@@ -294,6 +295,8 @@ class ProcessGroupKaitian(_Base):
                 comms.append(self._init_comm(bridge, f"{self._prefix}/{part}"))
             if size > 1:
                 self._forget_addresses(comms[0], parts)
+            else:
+                self._forget_keys(["kaitian/generation"])  # one rank: nothing published
         except BaseException:
             _release_comms(comms, C.InFlight())
             raise
@@ -317,9 +320,18 @@ class ProcessGroupKaitian(_Base):
             raise C.KaitianError(rc, f"kaitian backend: rank {self._rank} of {self._size}: the barrier after "
                                      f"setting up the communicators failed: {_lib.strerror(rc)}: "
                                      f"{_lib.last_error()}")
-        for part in parts:
+        keys = [f"{self._prefix}/{part}/tcp/{self._rank}" for part in parts]
+        if self._rank == 0:
+            # Every rank has counted itself in the generation (before the
+            # barrier), and this creation left no address behind: one made
+            # again over this store may start from generation 0.
+            keys.append("kaitian/generation")
+        self._forget_keys(keys)
+
+    def _forget_keys(self, keys):
+        for key in keys:
             try:
-                self._store.delete_key(f"{self._prefix}/{part}/tcp/{self._rank}")
+                self._store.delete_key(key)
             except Exception:  # noqa: BLE001 - some stores (FileStore) cannot delete; harmless
                 pass
 

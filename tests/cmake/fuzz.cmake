@@ -75,7 +75,7 @@ function(kt_fuzz_harness name)
   endif()
   add_test(NAME fuzz_smoke_${name}
     COMMAND sh ${KT_FUZZ_DIR}/run.sh ${CMAKE_BINARY_DIR}/fuzz/fuzz_${name} ${KT_FUZZ_DIR}/corpus/${name}
-            ${KT_FUZZ_DIR}/regress/${name} 5)
+            ${KT_FUZZ_DIR}/regress/${name} 3)
   set_tests_properties(fuzz_smoke_${name} PROPERTIES TIMEOUT 60 LABELS "fuzz;no_sanitizer")
 endfunction()
 
