@@ -16,23 +16,28 @@
 
 #include <string.h>
 
+/* Every rank's payload (n elements, bytes), reduced in rank order into
+ * recvbuf; this rank's own is in its lines too. */
+static kt_result reduce_all(kt__exec *ex, size_t n, size_t bytes) {
+  const kt__op *op = ex->op;
+  _Alignas(64) unsigned char tmp[1024];
+  kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
+  KT_CHECK(kt__shm_ll_read(ex, 0, op->recvbuf, bytes));
+  for (int r = 1; r < ex->comm->size; r++) {
+    KT_CHECK(kt__shm_ll_read(ex, r, tmp, bytes));
+    reduce(op->recvbuf, op->recvbuf, tmp, n);
+  }
+  kt__op_finalize(op, op->recvbuf, n, ex->comm->size);
+  return KT_SUCCESS;
+}
+
 kt_result kt__allreduce_shm_ll(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
   size_t n = op->count, bytes = n * kt_dtype_size(op->dtype);
   kt__shm_op_begin(ex);
   KT_CHECK(kt__shm_ll_post(ex, op->sendbuf, bytes));
   KT_CHECK(kt__shm_ll_wait(ex));
-  if (!bytes) return KT_SUCCESS;
-  _Alignas(64) unsigned char tmp[1024];
-  kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
-  KT_CHECK(kt__shm_ll_read(ex, 0, op->recvbuf, bytes)); /* my own input is in my lines */
-  for (int r = 1; r < c->size; r++) {
-    KT_CHECK(kt__shm_ll_read(ex, r, tmp, bytes));
-    reduce(op->recvbuf, op->recvbuf, tmp, n);
-  }
-  kt__op_finalize(op, op->recvbuf, n, c->size);
-  return KT_SUCCESS;
+  return bytes ? reduce_all(ex, n, bytes) : KT_SUCCESS;
 }
 
 kt_result kt__reduce_shm_ll(kt__exec *ex) {
@@ -42,16 +47,7 @@ kt_result kt__reduce_shm_ll(kt__exec *ex) {
   kt__shm_op_begin(ex);
   KT_CHECK(kt__shm_ll_post(ex, op->sendbuf, bytes));
   KT_CHECK(kt__shm_ll_wait(ex));
-  if (!bytes || c->rank != op->root) return KT_SUCCESS;
-  _Alignas(64) unsigned char tmp[1024];
-  kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
-  KT_CHECK(kt__shm_ll_read(ex, 0, op->recvbuf, bytes));
-  for (int r = 1; r < c->size; r++) {
-    KT_CHECK(kt__shm_ll_read(ex, r, tmp, bytes));
-    reduce(op->recvbuf, op->recvbuf, tmp, n);
-  }
-  kt__op_finalize(op, op->recvbuf, n, c->size);
-  return KT_SUCCESS;
+  return bytes && c->rank == op->root ? reduce_all(ex, n, bytes) : KT_SUCCESS;
 }
 
 kt_result kt__broadcast_shm_ll(kt__exec *ex) {

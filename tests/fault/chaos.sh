@@ -16,7 +16,8 @@
 #     ranks of both sides count as survivors (each side has lost the other):
 #     the cut-off host's ranks must end too, with such an error, not hang;
 #   * every launcher exits non-zero (kill: the victim's launcher naming the
-#     rank as killed by signal 9);
+#     rank as killed by signal 9; linkdown: node 0's launcher naming the node
+#     that stopped answering, the others saying they lost node 0's store);
 #   * no process of the job remains (--hosts: none in any namespace) and
 #     nothing of it is left in /dev/shm (its segments end with a rank's pid;
 #     other jobs on the machine may make their own meanwhile);
@@ -263,6 +264,21 @@ trial_hosts() {
     rc=$?
     [ "$rc" -ne 0 ] || { echo "fail $what: the launcher of host $k exited 0"; return; }
   done
+  # A link down: node 0's launcher names the node it lost; every other
+  # launcher says it lost node 0 (the store), or relays node 0's line.
+  if [ "$kind" = linkdown ]; then
+    grep -Eq "^kaitian run: node [1-9][0-9]* \(host [^)]*\) stopped answering" "$TMP/job.0.err" || {
+      echo "fail $what: node 0's launcher does not name the node it lost: $(grep '^kaitian run' "$TMP/job.0.err" | tail -n 3)"
+      return
+    }
+    for k in $(seq 1 $((HOSTS - 1))); do
+      grep -Eq "^kaitian run: (node $k lost the rendezvous store|node [0-9]+ \(host [^)]*\) stopped answering)" \
+        "$TMP/job.$k.err" || {
+        echo "fail $what: node $k's launcher does not say it lost node 0: $(grep '^kaitian run' "$TMP/job.$k.err" | tail -n 3)"
+        return
+      }
+    done
+  fi
   if [ "$kind" = kill ] && ! grep -Eq "rank $victim \(pid $vpid\) was killed by signal 9" "$TMP/job.$vhost.err"; then
     echo "fail $what: host $vhost's launcher does not name rank $victim as killed by signal 9"
     return

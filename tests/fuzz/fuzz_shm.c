@@ -31,26 +31,8 @@
 #define REGION 4096
 #define P2P 4096
 
-static void check(int cond, const char *what) {
-  if (!cond) {
-    fprintf(stderr, "fuzz_shm: check failed: %s (last error: %s)\n", what, kt_last_error());
-    abort();
-  }
-}
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  setenv("KAITIAN_DEBUG", "NONE", 1);
-  kt__log_init();
-  return 0;
-}
-
-static uint64_t get_le(const uint8_t *p, int n) {
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
+#define FUZZ_NAME "fuzz_shm"
+#include "fuzz_common.h"
 
 static void layout(const uint8_t *p, size_t n) {
   uint8_t b[33] = {0};

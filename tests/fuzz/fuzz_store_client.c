@@ -20,20 +20,8 @@
 #include <stdint.h>
 #include <sys/ioctl.h>
 
-static void check(int cond, const char *what) {
-  if (!cond) {
-    fprintf(stderr, "fuzz_store_client: check failed: %s (last error: %s)\n", what, kt_last_error());
-    abort();
-  }
-}
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  setenv("KAITIAN_DEBUG", "NONE", 1);
-  kt__log_init();
-  return 0;
-}
+#define FUZZ_NAME "fuzz_store_client"
+#include "fuzz_common.h"
 
 /* Reply bytes the client has not read yet. */
 static size_t unread(int fd) {

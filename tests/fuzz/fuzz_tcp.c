@@ -37,26 +37,8 @@
 #define HEAD 14
 #define MAX_LEN 300000
 
-static void check(int cond, const char *what) {
-  if (!cond) {
-    fprintf(stderr, "fuzz_tcp: check failed: %s (last error: %s)\n", what, kt_last_error());
-    abort();
-  }
-}
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  setenv("KAITIAN_DEBUG", "NONE", 1);
-  kt__log_init();
-  return 0;
-}
-
-static uint32_t get_le(const uint8_t *p, int n) {
-  uint32_t v = 0;
-  for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
+#define FUZZ_NAME "fuzz_tcp"
+#include "fuzz_common.h"
 
 static void hello_mode(struct kt_comm_s *c, const uint8_t *p, size_t n) {
   struct hello h;
