@@ -75,7 +75,7 @@ static const algo algos[] = {
 
 /* Forced algorithm per collective (index into algos, -1 = tuner). */
 static int forced[KT_COLL_COUNT];
-static pthread_once_t forced_once = PTHREAD_ONCE_INIT;
+static pthread_once_t tuner_once = PTHREAD_ONCE_INIT;
 
 static int find_algo(kt__coll coll, const char *name) {
   for (size_t i = 0; i < NALGOS; i++)
@@ -161,9 +161,13 @@ enum { PICK_NONE = -1, PICK_SHM_LL, PICK_SHM_ONESHOT, PICK_SHM_RSAG, PICK_SHM, P
 static const char *const pick_names[NPICKS] = {"shm_ll", "shm_oneshot", "shm_rsag", "shm", "hierarchical",
                                                "recursive_doubling", "ring", "binomial", "pipeline"};
 static int pick_idx[KT_COLL_COUNT][NPICKS]; /* -1: the collective has none of that name */
-static pthread_once_t pick_once = PTHREAD_ONCE_INIT;
 
-static void init_picks(void) {
+/* Once per process, before the first pick: KAITIAN_ALGO and pick_idx. */
+static int64_t ll_bytes; /* KAITIAN_SHM_LL_BYTES */
+
+static void init_tuner(void) {
+  parse_forced();
+  ll_bytes = kt__param_SHM_LL_BYTES();
   for (int cl = 0; cl < KT_COLL_COUNT; cl++)
     for (int k = 0; k < NPICKS; k++) pick_idx[cl][k] = find_algo((kt__coll)cl, pick_names[k]);
 }
@@ -172,8 +176,7 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
   double p = c->size, n = (double)op->count * (double)kt_dtype_size(op->dtype);
   double lg = ceil_log2(c->size);
   if (c->shm) { /* one host: shared memory for every collective */
-    int64_t ll = kt__param_SHM_LL_BYTES();
-    if (ll > 0 && ll_fits(op) && (op->coll == KT_COLL_BARRIER || n <= (double)ll) &&
+    if (ll_bytes > 0 && ll_fits(op) && (op->coll == KT_COLL_BARRIER || n <= (double)ll_bytes) &&
         (op->coll == KT_COLL_ALLREDUCE || op->coll == KT_COLL_BROADCAST || op->coll == KT_COLL_REDUCE ||
          op->coll == KT_COLL_ALLGATHER || op->coll == KT_COLL_BARRIER))
       return PICK_SHM_LL;
@@ -206,7 +209,7 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
 }
 
 kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, bool phase, const char **name) {
-  pthread_once(&forced_once, parse_forced);
+  pthread_once(&tuner_once, init_tuner);
   int a = phase ? -1 : forced[op->coll];
   if (a >= 0 && !can_run(c, op, &algos[a])) {
     KT_INFO("rank %d: KAITIAN_ALGO forces %s=%s, which cannot run this call; using the tuner's pick",
@@ -214,7 +217,6 @@ kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, bool phase, const ch
     a = -1;
   }
   if (a < 0) {
-    pthread_once(&pick_once, init_picks);
     int pick = model_pick(c, op);
     if (pick != PICK_NONE) {
       int i = pick_idx[op->coll][pick];

@@ -315,12 +315,18 @@ static uint64_t fit_sizes(int fd, int n, uint64_t owed, size_t *region, size_t *
  * other shrink is logged at INFO. */
 static _Atomic int shrink_warned;
 
+/* WARN the first time in the process, from the job's rank 0 (RANK, else
+ * any process); INFO otherwise. */
+static int once_per_job(_Atomic int *warned) {
+  const char *job_rank = getenv("RANK");
+  bool job_rank0 = !job_rank || !*job_rank || !strcmp(job_rank, "0");
+  return job_rank0 && atomic_exchange(warned, 1) == 0 ? KT_LOG_WARN : KT_LOG_INFO;
+}
+
 static void warn_shrunk(const struct kt_comm_s *c, uint64_t avail, uint64_t owed, size_t region, size_t region0,
                         size_t p2p, size_t p2p0, int n) {
   if (region == region0 && p2p == p2p0) return;
-  const char *job_rank = getenv("RANK");
-  bool job_rank0 = !job_rank || !*job_rank || !strcmp(job_rank, "0");
-  int level = job_rank0 && atomic_exchange(&shrink_warned, 1) == 0 ? KT_LOG_WARN : KT_LOG_INFO;
+  int level = once_per_job(&shrink_warned);
   char what[256] = "";
   int k = 0;
   if (region != region0)
@@ -362,10 +368,7 @@ static kt_result reserve_regions(struct kt_comm_s *c, int fd, shm_hdr *h, const 
 static _Atomic int no_room_warned;
 
 static void warn_no_room(const struct kt_comm_s *c, uint64_t avail, uint64_t owed, size_t bytes, int n) {
-  const char *job_rank = getenv("RANK");
-  bool job_rank0 = !job_rank || !*job_rank || !strcmp(job_rank, "0");
-  int level = job_rank0 && atomic_exchange(&no_room_warned, 1) == 0 ? KT_LOG_WARN : KT_LOG_INFO;
-  KT_LOG_AT(level,
+  KT_LOG_AT(once_per_job(&no_room_warned),
             "rank %d: /dev/shm has %.2f MiB free and %.2f MiB of it is kept for the rings of this job's other "
             "communicators on this host: too little for the shared memory of a communicator of %d ranks (%.2f MiB "
             "at the smallest sizes). This communicator's ranks on this host use TCP instead (slower). Give /dev/shm more "
@@ -630,6 +633,17 @@ static bool reached(const kt__shm *s, int r, uint64_t target) {
   return true;
 }
 
+/* The error for peer r found in another op (its signature theirs). */
+static kt_result mismatch(kt__exec *ex, int r, const sig *theirs) {
+  kt__shm *s = ex->comm->shm;
+  char a[160], b[160], who[128];
+  kt__sig_describe(&s->cur, a, sizeof a);
+  kt__sig_describe(theirs, b, sizeof b);
+  kt__peer_desc(ex->comm, r, who, sizeof who);
+  return kt__err(KT_ERR_MISMATCH, "mismatched operations: rank %d is in (%s) but %s is in (%s)",
+                 kt__rank_label(ex->comm, s->me), a, who, b);
+}
+
 /* Compare my signature of this op with those of the ranks waited for. Fields
  * an op does not use were set the same way on every rank by the API layer. */
 static kt_result check_sigs(kt__exec *ex, int r) {
@@ -639,14 +653,7 @@ static kt_result check_sigs(kt__exec *ex, int r) {
   for (int i = r >= 0 ? r : 0; i < (r >= 0 ? r + 1 : s->n); i++) {
     if (i == s->me) continue;
     const sig *g = &slot(s, i)->sigs[s->par];
-    if (kt__sig_equal(g, mine)) continue;
-    char a[160], b[160], who[128];
-    kt__sig_describe(mine, a, sizeof a);
-    kt__sig_describe(g, b, sizeof b);
-    kt__peer_desc(ex->comm, i, who, sizeof who);
-    return kt__err(KT_ERR_MISMATCH, "mismatched operations: rank %d is in (%s) but %s is in (%s)",
-                   kt__rank_label(ex->comm, s->me), a,
-                   who, b);
+    if (!kt__sig_equal(g, mine)) return mismatch(ex, i, g);
   }
   return KT_SUCCESS;
 }
@@ -1138,13 +1145,7 @@ static kt_result ll_stuck(kt__exec *ex, const void *arg) {
      * before it posted in its next one: seen through its step, they are
      * visible here now, unless the peer never ran this op. */
     if (ll_ready(s, arg)) return KT_SUCCESS;
-    const sig *g = sl->sigs[0].seq > sl->sigs[1].seq ? &sl->sigs[0] : &sl->sigs[1];
-    char a[160], b[160], who[128];
-    kt__sig_describe(&s->cur, a, sizeof a);
-    kt__sig_describe(g, b, sizeof b);
-    kt__peer_desc(ex->comm, r, who, sizeof who);
-    return kt__err(KT_ERR_MISMATCH, "mismatched operations: rank %d is in (%s) but %s is in (%s)",
-                   kt__rank_label(ex->comm, s->me), a, who, b);
+    return mismatch(ex, r, sl->sigs[0].seq > sl->sigs[1].seq ? &sl->sigs[0] : &sl->sigs[1]);
   }
   return KT_SUCCESS;
 }
@@ -1157,13 +1158,7 @@ kt_result kt__shm_ll_wait(kt__exec *ex) {
     if (r == s->me) continue;
     sig theirs;
     memcpy(&theirs, ll_at(s, r, g.par, 0)->data, sizeof theirs);
-    if (kt__sig_equal(&theirs, &s->cur)) continue;
-    char a[160], b[160], who[128];
-    kt__sig_describe(&s->cur, a, sizeof a);
-    kt__sig_describe(&theirs, b, sizeof b);
-    kt__peer_desc(ex->comm, r, who, sizeof who);
-    return kt__err(KT_ERR_MISMATCH, "mismatched operations: rank %d is in (%s) but %s is in (%s)",
-                   kt__rank_label(ex->comm, s->me), a, who, b);
+    if (!kt__sig_equal(&theirs, &s->cur)) return mismatch(ex, r, &theirs);
   }
   return check_failures(ex, -1, UINT64_MAX, false);
 }

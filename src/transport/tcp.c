@@ -449,6 +449,14 @@ static kt_result peer_aborted(struct kt_comm_s *c, int peer, kt_result code, con
   return kt__err(code, "rank %d failed and aborted the communicator: %s", kt__rank_label(c, peer), why);
 }
 
+/* Move this rank's sends to peer on every lane, as far as the sockets take. */
+static kt_result advance_peer_sends(kt__exec *ex, int peer, bool *moved) {
+  struct peer *p = &ex->comm->tcp->peers[peer];
+  for (int l = 0; l < p->nlanes; l++)
+    if (p->lane[l].scur) KT_CHECK(advance_sends(ex, peer, l, moved));
+  return KT_SUCCESS;
+}
+
 /* Peer says its kt_send of message w->msg to this rank has stalled. When this
  * rank is itself in a kt_send to that peer, has not received that message,
  * and its own send cannot finish either (the socket buffers are full: the
@@ -460,8 +468,7 @@ static kt_result check_sendwait(kt__exec *ex, int peer, const struct sendwait *w
   struct peer *p = &c->tcp->peers[peer];
   if (!op || op->coll != KT_COLL_SEND || op->root != peer || p->rx_done > w->msg) return KT_SUCCESS;
   bool moved = false;
-  for (int l = 0; l < p->nlanes; l++)
-    if (p->lane[l].scur) KT_CHECK(advance_sends(ex, peer, l, &moved));
+  KT_CHECK(advance_peer_sends(ex, peer, &moved));
   if (!p->sq_head) return KT_SUCCESS; /* mine fit in the buffers: this rank receives next */
   return kt__err(KT_ERR_MISMATCH,
                  "send of %zu bytes to rank %d can never complete: rank %d sends %llu bytes to rank %d at "
@@ -482,8 +489,7 @@ static kt_result stalled_send(kt__exec *ex, bool *stalled, int *to, uint64_t *ms
     return KT_SUCCESS;
   struct peer *p = &c->tcp->peers[op->root];
   bool moved = false;
-  for (int l = 0; l < p->nlanes; l++)
-    if (p->lane[l].scur) KT_CHECK(advance_sends(ex, op->root, l, &moved));
+  KT_CHECK(advance_peer_sends(ex, op->root, &moved));
   if (!p->sq_head || moved) return KT_SUCCESS;
   *stalled = true;
   *to = op->root;

@@ -51,16 +51,8 @@ if [ -z "$KINDS" ]; then
   [ "$HOSTS" -gt 0 ] && KINDS="kill stop linkdown"
 fi
 if [ "$HOSTS" -gt 0 ]; then
-  [ $((NP % HOSTS)) = 0 ] || { echo "FAIL: $NP ranks do not divide over $HOSTS hosts" >&2; exit 1; }
-  KT=$(cd "$(dirname "$KT")" && pwd)/$(basename "$KT")
-  PROG=$(cd "$(dirname "$PROG")" && pwd)/$(basename "$PROG")
   . "$(dirname "$0")/../multihost/hosts.sh"
-  hosts_up "$HOSTS" "$TMP"
-  case $? in
-    0) ;;
-    77) echo "SKIP: chaos on $HOSTS hosts: $HOSTS_WHY"; exit 77 ;;
-    *) hosts_down; echo "FAIL: making the hosts: $HOSTS_WHY" >&2; exit 1 ;;
-  esac
+  hosts_start chaos "$NP" "$HOSTS" "$TMP"
   # lib.sh's cleanup, and the namespaces removed (a failure if one is left).
   trap 'rc=$?; hosts_down || rc=1; cleanup; exit $rc' EXIT
   PORT=29400

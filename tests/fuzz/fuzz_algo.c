@@ -9,23 +9,8 @@
  * "collective=algorithm" pair built from the table forces exactly that. */
 #include "../../src/coll/tuner.c"
 
-#include <stdint.h>
-#include <stdlib.h>
-
-static void check(int cond, const char *what) {
-  if (!cond) {
-    fprintf(stderr, "fuzz_algo: check failed: %s\n", what);
-    abort();
-  }
-}
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  (void)argc;
-  (void)argv;
-  setenv("KAITIAN_DEBUG", "NONE", 1); /* each ignored name would log a warning */
-  kt__log_init();
-  return 0;
-}
+#define FUZZ_NAME "fuzz_algo" /* logs quiet: each ignored name would warn */
+#include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > 4096) return 0;

@@ -20,16 +20,18 @@ static void check(int cond, const char *what) {
   }
 }
 
+#ifndef FUZZ_OWN_INIT /* a harness that needs more at start defines its own */
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  setenv("KAITIAN_DEBUG", "NONE", 1);
+  setenv("KAITIAN_DEBUG", "NONE", 1); /* quiet logs */
   kt__log_init();
   return 0;
 }
+#endif
 
 /* The n-byte little-endian number at p. */
-static uint64_t get_le(const uint8_t *p, int n) {
+__attribute__((unused)) static uint64_t get_le(const uint8_t *p, int n) {
   uint64_t v = 0;
   for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
   return v;

@@ -23,12 +23,9 @@
 
 static int capture_fd = -1, saved_err = -1, saved_out = -1;
 
-static void check(int cond, const char *what) {
-  if (!cond) {
-    fprintf(stderr, "fuzz_run: check failed: %s\n", what);
-    abort();
-  }
-}
+#define FUZZ_NAME "fuzz_run"
+#define FUZZ_OWN_INIT /* below: cluster-manager variables unset, output captured */
+#include "fuzz_common.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;

@@ -14,6 +14,10 @@
 #   hosts_kill_all          SIGKILL every process of every node
 #   hosts_down              kill every process, delete every namespace;
 #                           returns 1 (and says so) when one is left
+#   hosts_start WHAT NP H TMPDIR  for a script of NP ranks on H hosts: checks
+#                           that they divide, makes the hosts, and on failure
+#                           exits (77, "SKIP: WHAT ...", where nothing could be
+#                           made; else 1); sets KT and PROG to absolute paths
 # Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN).
 HOSTS_P="kt$$-"  # the dash: kt12-... never matches kt123-...
 HOSTS_X=$(( ($$ / 250) % 250 + 1 ))  # 10.X.Y.0/24 from the pid: unique per run
@@ -86,4 +90,17 @@ hosts_down() {
   [ -z "$hosts_left" ] && return 0
   echo "FAIL: namespaces left behind: $hosts_left" >&2
   return 1
+}
+
+hosts_start() {
+  hs_what=$1 hs_np=$2 hs_n=$3
+  [ $((hs_np % hs_n)) = 0 ] || { echo "FAIL: $hs_np ranks do not divide over $hs_n hosts" >&2; exit 1; }
+  KT=$(cd "$(dirname "$KT")" && pwd)/$(basename "$KT")
+  PROG=$(cd "$(dirname "$PROG")" && pwd)/$(basename "$PROG")
+  hosts_up "$hs_n" "$4"
+  case $? in
+    0) ;;
+    77) echo "SKIP: $hs_what on $hs_n hosts: $HOSTS_WHY"; exit 77 ;;
+    *) hosts_down; echo "FAIL: making the hosts: $HOSTS_WHY" >&2; exit 1 ;;
+  esac
 }

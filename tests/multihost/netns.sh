@@ -167,6 +167,23 @@ wait_nodes() {
 }
 
 # Nothing of a finished job may live on in any node.
+# rank_errors STEP T0_MS LIMIT_MS PATTERN WHAT RANK...: the first FAULT_ERROR
+# line of each RANK in $TMP/STEP.*.err matches PATTERN (it must be WHAT) and
+# came less than LIMIT_MS after T0_MS (the kill or stop); each is printed.
+rank_errors() {
+  re_step=$1 re_t0=$2 re_limit=$3 re_pat=$4 re_what=$5
+  shift 5
+  for r in "$@"; do
+    line=$(cat "$TMP"/"$re_step".*.err | grep -m1 "^\[$r\] FAULT_ERROR ") ||
+      fail "$re_step: rank $r printed no error"
+    echo "$line" | grep -Eq "$re_pat" || fail "$re_step: rank $r's error is not $re_what: $line"
+    t=$(echo "$line" | sed -n 's/.* t_ms=\([0-9]*\).*/\1/p')
+    [ -n "$t" ] && [ $((t - re_t0)) -lt "$re_limit" ] ||
+      fail "$re_step: rank $r's error came $((t - re_t0)) ms after it (limit $re_limit ms): $line"
+    echo "  $(echo "$line" | cut -c1-200) (+$((t - re_t0)) ms)"
+  done
+}
+
 check_no_procs() {
   for k in 0 1 2; do
     left=$(ip netns pids "$(node_ns $k)" | tr '\n' ' ')
@@ -315,16 +332,7 @@ if [ "$MODE" = kill ]; then
     eval "rc=\$RC_$k"
     [ "$rc" != 0 ] || fail "stop: the launcher of node $k exited 0 although rank 3 was stopped"
   done
-  for r in 0 1 2; do
-    line=$(cat "$TMP"/stop.*.err | grep -m1 "^\[$r\] FAULT_ERROR ") ||
-      fail "stop: rank $r printed no error after rank 3 was stopped"
-    echo "$line" | grep -Eq 'code=KT_ERR_TIMEOUT .*rank 3([^0-9]|$)' ||
-      fail "stop: rank $r's error is not a timeout naming rank 3: $line"
-    t=$(echo "$line" | sed -n 's/.* t_ms=\([0-9]*\).*/\1/p')
-    [ -n "$t" ] && [ $((t - stop_ms)) -lt 13000 ] ||
-      fail "stop: rank $r's error came $((t - stop_ms)) ms after the stop (limit 13 s): $line"
-    echo "  $(echo "$line" | cut -c1-120)...$(echo "$line" | grep -o 'waiting for:.*' | cut -c1-160) (+$((t - stop_ms)) ms)"
-  done
+  rank_errors stop "$stop_ms" 13000 'code=KT_ERR_TIMEOUT .*rank 3([^0-9]|$)' "a timeout naming rank 3" 0 1 2
   ! cat "$TMP"/stop.*.err | grep -q FAULT_CHECK_FAILED || fail "stop: $(cat "$TMP"/stop.*.err | grep -m1 FAULT_CHECK_FAILED)"
   check_no_procs stop
   echo "stop: every launcher exited non-zero ($RC_0 $RC_1), every survivor named rank 3"
@@ -345,16 +353,8 @@ if [ "$MODE" = kill ]; then
     eval "rc=\$RC_$k"
     [ "$rc" != 0 ] || fail "host: the launcher of node $k exited 0 although node 2 was lost"
   done
-  for r in 0 1 2 3; do
-    line=$(cat "$TMP"/host.*.err | grep -m1 "^\[$r\] FAULT_ERROR ") ||
-      fail "host: rank $r printed no error after node 2 was lost"
-    echo "$line" | grep -Eq 'code=KT_ERR_PEER_FAILED .*rank [45]([^0-9]|$)' ||
-      fail "host: rank $r's error is not a peer failure naming rank 4 or 5: $line"
-    t=$(echo "$line" | sed -n 's/.* t_ms=\([0-9]*\).*/\1/p')
-    [ -n "$t" ] && [ $((t - kill_ms)) -lt 10000 ] ||
-      fail "host: rank $r's error came $((t - kill_ms)) ms after the kill (limit 10 s): $line"
-    echo "  $(echo "$line" | cut -c1-200) (+$((t - kill_ms)) ms)"
-  done
+  rank_errors host "$kill_ms" 10000 'code=KT_ERR_PEER_FAILED .*rank [45]([^0-9]|$)' \
+    "a peer failure naming rank 4 or 5" 0 1 2 3
   grep -q "node 2 (host ktnode2) stopped answering" "$TMP/host.0.err" ||
     grep -q "node 2 (host [^)]*) stopped answering" "$TMP/host.0.err" ||
     fail "host: node 0's launcher does not name the lost node 2"

@@ -26,16 +26,8 @@ ls /dev/shm | grep -i kaitian | sort >"$TMP/shm.before"
 status=0
 t0=$(date +%s)
 if [ "$HOSTS" -gt 0 ]; then
-  [ $((NP % HOSTS)) = 0 ] || { echo "FAIL: $NP ranks do not divide over $HOSTS hosts" >&2; exit 1; }
-  KT=$(cd "$(dirname "$KT")" && pwd)/$(basename "$KT")
-  PROG=$(cd "$(dirname "$PROG")" && pwd)/$(basename "$PROG")
   . "$(dirname "$0")/../multihost/hosts.sh"
-  hosts_up "$HOSTS" "$TMP"
-  case $? in
-    0) ;;
-    77) echo "SKIP: soak on $HOSTS hosts: $HOSTS_WHY"; exit 77 ;;
-    *) hosts_down; echo "FAIL: making the hosts: $HOSTS_WHY" >&2; exit 1 ;;
-  esac
+  hosts_start soak "$NP" "$HOSTS" "$TMP"
   trap 'rc=$?; hosts_down || rc=1; rm -rf "$TMP"; exit $rc' EXIT
   trap 'exit 130' INT TERM
   secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
