@@ -18,8 +18,9 @@ kt_result kt__allgatherv_ring(kt__exec *ex) {
   char *rb = op->recvbuf;
   kt_result res = KT_SUCCESS;
   char **work = malloc((size_t)p * sizeof *work); /* freed at exit */
+  const char **in = malloc((size_t)p * sizeof *in);
   size_t *len = malloc((size_t)p * sizeof *len);
-  if (!work || !len) {
+  if (!work || !in || !len) {
     res = kt__err(KT_ERR_NO_MEMORY, "rank %d: allgather: out of memory", c->rank);
     goto exit;
   }
@@ -27,16 +28,22 @@ kt_result kt__allgatherv_ring(kt__exec *ex) {
   for (int b = 0; b < p; b++) {
     size_t cnt = v ? op->counts[b] : op->count, off = v ? op->displs[b] : (size_t)b * op->count;
     work[b] = rb ? rb + off * es : NULL;
+    in[b] = work[b];
     len[b] = cnt * es;
     any |= cnt > 0;
   }
   if (!any) goto exit;
-  if (len[r] && op->sendbuf != work[r]) memcpy(work[r], op->sendbuf, len[r]);
-  kt__ring rg = {.start = r, .rs_steps = 0, .ag_steps = p - 1, .in = (const char *const *)work,
-                 .work = work, .len = len, .tmp = NULL, .tag_base = 0};
+  /* Step 0 sends this rank's block from sendbuf; its copy into recvbuf is
+   * made while the ring waits on its sockets. */
+  bool copy = len[r] && op->sendbuf != work[r];
+  in[r] = copy ? op->sendbuf : work[r];
+  kt__ring rg = {.start = r, .rs_steps = 0, .ag_steps = p - 1, .in = in, .work = work, .len = len,
+                 .tmp = NULL, .tag_base = 0, .copy_from = copy ? op->sendbuf : NULL,
+                 .copy_to = copy ? work[r] : NULL, .copy_len = copy ? len[r] : 0};
   KT_CHECK_GOTO(kt__ring_run(ex, &rg), res, exit);
 exit:
   free(work);
+  free(in);
   free(len);
   return res;
 }

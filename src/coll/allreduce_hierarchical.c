@@ -28,9 +28,10 @@ kt_result kt__allreduce_hierarchical(kt__exec *ex) {
   size_t es = kt_dtype_size(op->dtype), n = op->count;
   char *out = op->recvbuf;
   if (L == 1) { /* alone on this host: only the inter-host phase (S is 1) */
-    if (op->sendbuf != out && n) memmove(out, op->sendbuf, n * es);
-    kt__op ar = {.coll = KT_COLL_ALLREDUCE, .sendbuf = out, .recvbuf = out, .count = n, .dtype = op->dtype,
-                 .op = op->op};
+    /* Out of place as given: the TCP algorithms read sendbuf while they
+     * send, where a copy first would leave the link idle for its length. */
+    kt__op ar = {.coll = KT_COLL_ALLREDUCE, .sendbuf = op->sendbuf, .recvbuf = out, .count = n,
+                 .dtype = op->dtype, .op = op->op};
     KT_CHECK(kt__hier_phase(ex, cross, &ar, "inter-host allreduce"));
     kt__reduce_finalize(out, n, op->dtype, op->op, c->size);
     return KT_SUCCESS;

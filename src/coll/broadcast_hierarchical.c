@@ -34,8 +34,6 @@ kt_result kt__broadcast_hierarchical(kt__exec *ex) {
       kt__op bc = {.coll = KT_COLL_BROADCAST, .sendbuf = c->rank == op->root ? op->sendbuf : out, .recvbuf = out,
                    .count = n, .dtype = op->dtype, .root = hs->idx[op->root]};
       KT_CHECK(kt__hier_phase(ex, local, &bc, "intra-host broadcast"));
-    } else if (op->sendbuf != out && n) { /* the root, alone on its host */
-      memcpy(out, op->sendbuf, n * es);
     }
   }
   /* The parent's scratch: its own algorithms never run during the phases. */
@@ -45,7 +43,11 @@ kt_result kt__broadcast_hierarchical(kt__exec *ex) {
   kt__hier_shards(n, S, L, counts, displs);
   char *shard = n ? out + displs[me] * es : out; /* out may be NULL when n is 0 */
   if (cross) {
-    kt__op bc = {.coll = KT_COLL_BROADCAST, .sendbuf = shard, .recvbuf = shard, .count = counts[me],
+    /* The root alone on its host (one shard: S is 1) sends from sendbuf; the
+     * TCP algorithms copy it to recvbuf once their sends are out. */
+    bool alone_root = c->rank == op->root && L == 1;
+    kt__op bc = {.coll = KT_COLL_BROADCAST, .sendbuf = alone_root ? op->sendbuf : shard, .recvbuf = shard,
+                 .count = counts[me],
                  .dtype = op->dtype, .root = kt__hier_cross_rank(c, root_host)};
     KT_CHECK(kt__hier_phase(ex, cross, &bc, "inter-host broadcast"));
   }

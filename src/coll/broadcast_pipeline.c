@@ -15,16 +15,25 @@ kt_result kt__broadcast_pipeline(kt__exec *ex) {
   int p = c->size, r = c->rank, root = op->root;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   char *buf = op->recvbuf;
-  if (r == root && op->sendbuf != buf && bytes) memcpy(buf, op->sendbuf, bytes);
-  if (p == 1 || bytes == 0) return KT_SUCCESS;
+  /* An out-of-place root sends from sendbuf and copies it to recvbuf while
+   * the sockets drain, not before, when its peers would wait on the copy. */
+  bool copy = r == root && op->sendbuf != buf && bytes;
+  if (p == 1 || bytes == 0) {
+    if (copy) memcpy(buf, op->sendbuf, bytes);
+    return KT_SUCCESS;
+  }
   int vr = kt__mod(r - root, p);
-  int next = vr + 1 < p ? kt__mod(r + 1, p) : -1;
   size_t chunk = kt__chunk_bytes(op->dtype);
+  int next = vr + 1 < p ? kt__mod(r + 1, p) : -1;
   kt__xfer rx, sx;
   if (next >= 0) {
-    kt__xfer_send(&sx, next, buf, bytes, 0);
+    kt__xfer_send(&sx, next, copy ? op->sendbuf : buf, bytes, 0);
     if (vr > 0) sx.avail = 0;
     KT_CHECK(kt__net_post(ex, &sx));
+  }
+  for (size_t at = 0; copy && at < bytes; at += chunk) {
+    memcpy(buf + at, (const char *)op->sendbuf + at, KT_MIN(chunk, bytes - at));
+    KT_CHECK(kt__net_progress(ex, false));
   }
   if (vr > 0) {
     kt__xfer_recv(&rx, kt__mod(r - 1, p), buf, bytes, 0);

@@ -88,6 +88,12 @@ typedef struct kt__ring {
   const size_t *len;
   char *tmp;
   uint32_t tag_base;
+  /* Optional: copy_len bytes from copy_from to copy_to, done a chunk at a
+   * time while the ring would otherwise wait on its sockets (allgather's own
+   * block, sent from the caller's buffer meanwhile). */
+  const char *copy_from;
+  char *copy_to;
+  size_t copy_len;
 } kt__ring;
 KT_INTERNAL kt_result kt__ring_run(kt__exec *ex, const kt__ring *rg);
 

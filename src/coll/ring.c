@@ -20,10 +20,14 @@ kt_result kt__ring_run(kt__exec *ex, const kt__ring *rg) {
   int p = c->size, r = c->rank;
   int next = (r + 1) % p, prev = (r - 1 + p) % p;
   int steps = rg->rs_steps + rg->ag_steps;
-  if (steps == 0) return KT_SUCCESS;
+  if (steps == 0) {
+    if (rg->copy_len) memcpy(rg->copy_to, rg->copy_from, rg->copy_len);
+    return KT_SUCCESS;
+  }
   size_t es = kt_dtype_size(op->dtype), chunk = kt__chunk_bytes(op->dtype);
   kt__reduce_fn reduce = rg->rs_steps ? kt__reduce_kernel(op->dtype, op->op) : NULL;
 
+  size_t copied = 0;
   kt__xfer sx[2], rx;
   bool posted[2] = {false, false};
   int sb = kt__mod(rg->start, p);
@@ -66,9 +70,17 @@ kt_result kt__ring_run(kt__exec *ex, const kt__ring *rg) {
         continue;
       }
       if (processed == len && rx.complete) break;
+      if (copied < rg->copy_len) { /* idle: copy a chunk instead of sleeping */
+        size_t n = KT_MIN(chunk, rg->copy_len - copied);
+        memcpy(rg->copy_to + copied, rg->copy_from + copied, n);
+        copied += n;
+        KT_CHECK(kt__net_progress(ex, false));
+        continue;
+      }
       KT_CHECK(kt__net_progress(ex, true));
     }
   }
+  if (copied < rg->copy_len) memcpy(rg->copy_to + copied, rg->copy_from + copied, rg->copy_len - copied);
   for (int i = 0; i < 2; i++)
     if (posted[i]) KT_CHECK(kt__net_wait(ex, &sx[i]));
   return KT_SUCCESS;
