@@ -1,6 +1,8 @@
-/* mpi_bench.c - the Open MPI side of bench/compare: times MPI_Allreduce,
- * MPI_Allgather, MPI_Reduce_scatter_block and MPI_Bcast the way `kaitian bench`
- * times KaiTian and prints the same CSV lines. Built by bench/compare with mpicc.
+/* mpi_bench.c - the MPI side of bench/compare and bench/compare_peers: times
+ * MPI_Allreduce, MPI_Bcast, MPI_Reduce, MPI_Allgather,
+ * MPI_Reduce_scatter_block, MPI_Alltoall, MPI_Gather, MPI_Scatter and
+ * MPI_Barrier the way `kaitian bench` times KaiTian and prints the same CSV
+ * lines. Built by those scripts with Open MPI's mpicc and MPICH's mpicc.mpich.
  *
  *   mpirun -np 2 ./mpi_bench -C allreduce -d float -b 8 -e 64M -n 20 -w 5 -I --csv
  *
@@ -27,7 +29,18 @@
 #include <string.h>
 #include <time.h>
 
-enum coll_id { C_ALLREDUCE, C_BROADCAST, C_ALLGATHER, C_REDUCE_SCATTER, C_NUM };
+enum coll_id {
+  C_ALLREDUCE,
+  C_BROADCAST,
+  C_REDUCE,
+  C_ALLGATHER,
+  C_REDUCE_SCATTER,
+  C_ALLTOALL,
+  C_GATHER,
+  C_SCATTER,
+  C_BARRIER,
+  C_NUM
+};
 
 typedef struct coll_info {
   const char *name;
@@ -39,15 +52,21 @@ typedef struct coll_info {
 static const coll_info colls[C_NUM] = {
     [C_ALLREDUCE] = {"allreduce", true, false, false},
     [C_BROADCAST] = {"broadcast", false, true, false},
+    [C_REDUCE] = {"reduce", true, true, false},
     [C_ALLGATHER] = {"allgather", false, false, true},
     [C_REDUCE_SCATTER] = {"reduce_scatter", true, false, true},
+    [C_ALLTOALL] = {"alltoall", false, false, true},
+    [C_GATHER] = {"gather", false, true, true},
+    [C_SCATTER] = {"scatter", false, true, true},
+    [C_BARRIER] = {"barrier", false, false, false},
 };
 
 /* Bus-bandwidth factor, the same as kaitian bench's (docs/bench.md). */
 static double bus_factor(int c, int n) {
   switch (c) {
     case C_ALLREDUCE: return 2.0 * (n - 1) / n;
-    case C_BROADCAST: return 1.0;
+    case C_BROADCAST: case C_REDUCE: return 1.0;
+    case C_BARRIER: return 0.0;
     default: return (double)(n - 1) / n;
   }
 }
@@ -115,21 +134,23 @@ static double load(const bench *b, const void *buf, size_t k) {
 }
 
 /* Where one call reads and writes, as kaitian bench lays out its buffers (in
- * place: allgather's input is this rank's block of the output; reduce_scatter
- * reads the whole buffer and, as MPI_IN_PLACE defines it, leaves this rank's
- * block at its start). */
+ * place: allgather's and gather's input is this rank's block of the output;
+ * reduce_scatter reads the whole buffer and, as MPI_IN_PLACE defines it,
+ * leaves this rank's block at its start; scatter's root keeps its own block
+ * where it lies in its input). */
 typedef struct layout {
-  void *send, *recv;  /* send is MPI_IN_PLACE for in-place calls that take it */
+  void *send, *recv;  /* the call's arguments: MPI_IN_PLACE where in place */
   void *in;           /* where this rank's input lies */
+  void *out;          /* where this rank's output lies */
   size_t in_count;    /* input elements at in */
   size_t in_first;    /* index of the first input element in the rank's whole input */
-  size_t out_count;   /* output elements at recv */
+  size_t out_count;   /* output elements at out (0: none on this rank) */
 } layout;
 
 static layout make_layout(const bench *b, int c, size_t count) {
   size_t n = (size_t)b->nranks, off = (size_t)b->rank * count * b->esize;
-  bool ip = b->o.inplace;
-  layout L = {b->sbuf, b->rbuf, b->sbuf, count, 0, count};
+  bool ip = b->o.inplace, is_root = b->rank == b->o.root;
+  layout L = {b->sbuf, b->rbuf, b->sbuf, b->rbuf, count, 0, count};
   switch (c) {
     case C_ALLREDUCE:
       if (ip) L.send = MPI_IN_PLACE, L.in = b->rbuf;
@@ -145,6 +166,27 @@ static layout make_layout(const bench *b, int c, size_t count) {
     case C_REDUCE_SCATTER:
       L.in_count = n * count;
       if (ip) L.send = MPI_IN_PLACE, L.in = b->rbuf;
+      break;
+    case C_REDUCE: /* MPI_IN_PLACE is the root's only; the others send from recvbuf
+                    * and pass the other buffer as their (unused) recvbuf */
+      L.out_count = is_root ? count : 0;
+      if (ip) L.in = b->rbuf, L.send = is_root ? MPI_IN_PLACE : b->rbuf, L.recv = is_root ? b->rbuf : b->sbuf;
+      break;
+    case C_ALLTOALL:
+      L.in_count = L.out_count = n * count;
+      if (ip) L.send = MPI_IN_PLACE, L.in = b->rbuf;
+      break;
+    case C_GATHER:
+      L.in_first = (size_t)b->rank * count;
+      L.out_count = is_root ? n * count : 0;
+      if (ip) L.in = b->rbuf + off, L.send = is_root ? MPI_IN_PLACE : b->rbuf + off;
+      break;
+    case C_SCATTER:
+      L.in_count = n * count;
+      if (ip && is_root) L.recv = MPI_IN_PLACE, L.out = b->sbuf + off;
+      break;
+    case C_BARRIER:
+      L.in_count = L.out_count = 0;
       break;
   }
   return L;
@@ -162,8 +204,27 @@ static int run_once(const bench *b, int c, const layout *L, size_t count) {
         return MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, L->recv, cnt, b->mtype,
                              MPI_COMM_WORLD);
       return MPI_Allgather(L->send, cnt, b->mtype, L->recv, cnt, b->mtype, MPI_COMM_WORLD);
-    default:
+    case C_REDUCE:
+      return MPI_Reduce(L->send, L->recv, cnt, b->mtype, b->mop, b->o.root, MPI_COMM_WORLD);
+    case C_REDUCE_SCATTER:
       return MPI_Reduce_scatter_block(L->send, L->recv, cnt, b->mtype, b->mop, MPI_COMM_WORLD);
+    case C_ALLTOALL:
+      if (L->send == MPI_IN_PLACE)
+        return MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, L->recv, cnt, b->mtype,
+                            MPI_COMM_WORLD);
+      return MPI_Alltoall(L->send, cnt, b->mtype, L->recv, cnt, b->mtype, MPI_COMM_WORLD);
+    case C_GATHER:
+      if (L->send == MPI_IN_PLACE)
+        return MPI_Gather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, L->recv, cnt, b->mtype, b->o.root,
+                          MPI_COMM_WORLD);
+      return MPI_Gather(L->send, cnt, b->mtype, L->recv, cnt, b->mtype, b->o.root, MPI_COMM_WORLD);
+    case C_SCATTER:
+      if (L->recv == MPI_IN_PLACE)
+        return MPI_Scatter(L->send, cnt, b->mtype, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b->o.root,
+                           MPI_COMM_WORLD);
+      return MPI_Scatter(L->send, cnt, b->mtype, L->recv, cnt, b->mtype, b->o.root, MPI_COMM_WORLD);
+    default:
+      return MPI_Barrier(MPI_COMM_WORLD);
   }
 }
 
@@ -208,14 +269,17 @@ static double time_size(const bench *b, int c, size_t count) {
 static double expected_at(const bench *b, int c, size_t count, size_t k) {
   double sum = 0;
   switch (c) {
-    case C_ALLREDUCE:
+    case C_ALLREDUCE: case C_REDUCE:
       for (int q = 0; q < b->nranks; q++) sum += input_value(q, k);
       return sum;
+    case C_ALLTOALL: /* block j came from rank j's block for this rank */
+      return input_value((int)(k / count), (size_t)b->rank * count + k % count);
+    case C_SCATTER: return input_value(b->o.root, (size_t)b->rank * count + k);
     case C_REDUCE_SCATTER:
       for (int q = 0; q < b->nranks; q++) sum += input_value(q, (size_t)b->rank * count + k);
       return sum;
     case C_BROADCAST: return input_value(b->o.root, k);
-    default: return input_value((int)(k / count), k); /* allgather: block k / count */
+    default: return input_value((int)(k / count), k); /* allgather, gather: block k / count */
   }
 }
 
@@ -225,14 +289,14 @@ static long long check_size(const bench *b, int c, size_t count) {
   layout L = make_layout(b, c, count);
   size_t out_bytes = L.out_count * b->esize;
   memset(b->rbuf, 0xa5, out_bytes > L.in_count * b->esize ? out_bytes : L.in_count * b->esize);
-  if (c != C_BROADCAST || b->rank == b->o.root)
+  if ((c != C_BROADCAST && c != C_SCATTER) || b->rank == b->o.root)
     for (size_t k = 0; k < L.in_count; k++)
       store(b, L.in, k, input_value(b->rank, L.in_first + k));
   int err = run_once(b, c, &L, count);
   if (err != MPI_SUCCESS) mpi_fail(b, c, count, "checked iteration", err);
   long long wrong = 0;
   for (size_t k = 0; k < L.out_count; k++) {
-    double want = expected_at(b, c, count, k), got = load(b, L.recv, k);
+    double want = expected_at(b, c, count, k), got = load(b, L.out, k);
     if (got == want) continue;
     if (wrong++ == 0)
       fprintf(stderr, "mpi_bench: rank %d: %s count %zu %s%s: index %zu: expected %g, got %g\n",
@@ -247,6 +311,15 @@ static long long check_size(const bench *b, int c, size_t count) {
 static long long bench_coll(bench *b, int c) {
   size_t unit = b->esize * (colls[c].total ? (size_t)b->nranks : 1);
   long long wrong_total = 0;
+  if (c == C_BARRIER) { /* one row, no data */
+    double us = time_size(b, c, 0);
+    if (b->rank == 0) {
+      printf("barrier,0,0,%s,none,-1,%.3f,0.0000,0.0000,0\n", b->o.type == T_FLOAT32 ? "float32" : "bfloat16",
+             us);
+      fflush(stdout);
+    }
+    return 0;
+  }
   for (uint64_t size = b->o.minbytes; size <= b->o.maxbytes;
        size = size ? size * b->o.factor : 1) {
     size_t count = (size_t)(size / unit), bytes = count * unit;
@@ -286,9 +359,10 @@ static void usage(FILE *f) {
       "  -d, --datatype TYPE     float|float32 or bfloat16 (user-defined MPI_Op on\n"
       "                          MPI_UINT16_T, sums in float32; default float)\n"
       "  -o, --op OP             sum only\n"
-      "  -r, --root R            broadcast root (default 0)\n"
-      "  -C, --coll LIST         comma-separated: allreduce broadcast allgather\n"
-      "                          reduce_scatter (default allreduce)\n"
+      "  -r, --root R            root of broadcast, reduce, gather, scatter (default 0)\n"
+      "  -C, --coll LIST         comma-separated: allreduce broadcast reduce allgather\n"
+      "                          reduce_scatter alltoall gather scatter barrier\n"
+      "                          (default allreduce)\n"
       "  -I, --inplace           MPI_IN_PLACE where the call takes it\n"
       "      --csv               accepted for kaitian bench's command line; the\n"
       "                          output is always CSV\n"
@@ -337,8 +411,8 @@ static bool parse_colls(const char *text, unsigned *out) {
     int c = 0;
     while (c < C_NUM && strcmp(tok, colls[c].name) != 0) c++;
     if (c == C_NUM) {
-      fprintf(stderr, "mpi_bench: -C: unknown collective '%s' (known: allreduce broadcast "
-              "allgather reduce_scatter)\n", tok);
+      fprintf(stderr, "mpi_bench: -C: unknown collective '%s' (known: allreduce broadcast reduce "
+              "allgather reduce_scatter alltoall gather scatter barrier)\n", tok);
       return false;
     }
     *out |= 1u << c;
