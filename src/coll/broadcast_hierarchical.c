@@ -47,8 +47,7 @@ kt_result kt__broadcast_hierarchical(kt__exec *ex) {
      * TCP algorithms copy it to recvbuf once their sends are out. */
     bool alone_root = c->rank == op->root && L == 1;
     kt__op bc = {.coll = KT_COLL_BROADCAST, .sendbuf = alone_root ? op->sendbuf : shard, .recvbuf = shard,
-                 .count = counts[me],
-                 .dtype = op->dtype, .root = kt__hier_cross_rank(c, root_host)};
+                 .count = counts[me], .dtype = op->dtype, .root = kt__hier_cross_rank(c, root_host)};
     KT_CHECK(kt__hier_phase(ex, cross, &bc, "inter-host broadcast"));
   }
   if (on_root_host || L == 1) return KT_SUCCESS;
