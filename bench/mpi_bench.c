@@ -1,4 +1,5 @@
-/* mpi_bench.c - the MPI side of bench/compare and bench/compare_peers: times
+/* mpi_bench.c - the MPI side of bench/compare, bench/compare_peers and
+ * bench/compare_hosts: times
  * MPI_Allreduce, MPI_Bcast, MPI_Reduce, MPI_Allgather,
  * MPI_Reduce_scatter_block, MPI_Alltoall, MPI_Gather, MPI_Scatter and
  * MPI_Barrier the way `kaitian bench` times KaiTian and prints the same CSV

@@ -14,6 +14,47 @@
 
 #include <string.h>
 
+int kt__fold_pof2(int p) {
+  int q = 1;
+  while (q * 2 <= p) q *= 2;
+  return q;
+}
+
+kt_result kt__fold_in(kt__exec *ex, const char *in, char *buf, char *tmp, int *newrank) {
+  const kt__op *op = ex->op;
+  int p = ex->comm->size, r = ex->comm->rank;
+  int rem = p - kt__fold_pof2(p);
+  size_t bytes = op->count * kt_dtype_size(op->dtype);
+  if (r >= 2 * rem) {
+    *newrank = r - rem;
+    return KT_SUCCESS;
+  }
+  kt__xfer x;
+  if (r % 2 == 0) {
+    kt__xfer_send(&x, r + 1, in, bytes, 0);
+    *newrank = -1;
+  } else {
+    kt__xfer_recv(&x, r - 1, tmp, bytes, 0);
+    *newrank = r / 2;
+  }
+  KT_CHECK(kt__net_post(ex, &x));
+  KT_CHECK(kt__net_wait(ex, &x));
+  if (r % 2) kt__reduce_kernel(op->dtype, op->op)(buf, tmp, in, op->count); /* lower rank's data first */
+  return KT_SUCCESS;
+}
+
+kt_result kt__fold_out(kt__exec *ex, char *buf) {
+  const kt__op *op = ex->op;
+  int p = ex->comm->size, r = ex->comm->rank;
+  if (r >= 2 * (p - kt__fold_pof2(p))) return KT_SUCCESS;
+  kt__xfer x;
+  size_t bytes = op->count * kt_dtype_size(op->dtype);
+  if (r % 2) kt__xfer_send(&x, r - 1, buf, bytes, 1000);
+  else kt__xfer_recv(&x, r + 1, buf, bytes, 1000);
+  KT_CHECK(kt__net_post(ex, &x));
+  return kt__net_wait(ex, &x);
+}
+
 kt_result kt__allreduce_recursive_doubling(kt__exec *ex) {
   const kt__op *op = ex->op;
   struct kt_comm_s *c = ex->comm;
@@ -26,30 +67,10 @@ kt_result kt__allreduce_recursive_doubling(kt__exec *ex) {
   if (!tmp) return KT_ERR_NO_MEMORY;
   kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
 
-  int pof2 = 1;
-  while (pof2 * 2 <= p) pof2 *= 2;
-  int rem = p - pof2;
+  int pof2 = kt__fold_pof2(p), rem = p - pof2;
   int newrank;
-  uint32_t tag = 0;
-  if (r < 2 * rem) {
-    if (r % 2 == 0) {
-      kt__xfer x;
-      kt__xfer_send(&x, r + 1, buf, bytes, tag);
-      KT_CHECK(kt__net_post(ex, &x));
-      KT_CHECK(kt__net_wait(ex, &x));
-      newrank = -1;
-    } else {
-      kt__xfer x;
-      kt__xfer_recv(&x, r - 1, tmp, bytes, tag);
-      KT_CHECK(kt__net_post(ex, &x));
-      KT_CHECK(kt__net_wait(ex, &x));
-      reduce(buf, tmp, buf, op->count); /* lower rank's data first */
-      newrank = r / 2;
-    }
-  } else {
-    newrank = r - rem;
-  }
-  tag++;
+  KT_CHECK(kt__fold_in(ex, buf, buf, tmp, &newrank));
+  uint32_t tag = 1;
   if (newrank >= 0) {
     for (int mask = 1; mask < pof2; mask <<= 1, tag++) {
       int nr = newrank ^ mask;
@@ -58,14 +79,7 @@ kt_result kt__allreduce_recursive_doubling(kt__exec *ex) {
       if (peer < r) reduce(buf, tmp, buf, op->count);
       else reduce(buf, buf, tmp, op->count);
     }
+    kt__op_finalize(op, buf, op->count, p);
   }
-  if (newrank >= 0) kt__op_finalize(op, buf, op->count, p);
-  if (r < 2 * rem) { /* hand the finished result back to the rank that sat out */
-    kt__xfer x;
-    if (r % 2) kt__xfer_send(&x, r - 1, buf, bytes, 1000);
-    else kt__xfer_recv(&x, r + 1, buf, bytes, 1000);
-    KT_CHECK(kt__net_post(ex, &x));
-    KT_CHECK(kt__net_wait(ex, &x));
-  }
-  return KT_SUCCESS;
+  return kt__fold_out(ex, buf);
 }

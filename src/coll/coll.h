@@ -15,6 +15,7 @@ typedef kt_result (*kt__algo_fn)(kt__exec *ex);
 /* Algorithms (src/coll/<coll>_<name>.c). */
 KT_INTERNAL kt_result kt__allreduce_ring(kt__exec *ex);
 KT_INTERNAL kt_result kt__allreduce_recursive_doubling(kt__exec *ex);
+KT_INTERNAL kt_result kt__allreduce_halving_doubling(kt__exec *ex);
 KT_INTERNAL kt_result kt__broadcast_binomial(kt__exec *ex);
 KT_INTERNAL kt_result kt__broadcast_pipeline(kt__exec *ex);
 KT_INTERNAL kt_result kt__reduce_binomial(kt__exec *ex);
@@ -67,6 +68,18 @@ KT_INTERNAL kt_result kt__hier_phase(kt__exec *ex, struct kt_comm_s *child, kt__
 KT_INTERNAL void kt__hier_shards(size_t n, int S, int L, size_t *counts, size_t *displs);
 /* The rank in c->cross of its member on host (c->hosts numbering). */
 KT_INTERNAL int kt__hier_cross_rank(const struct kt_comm_s *c, int host);
+
+/* Non-powers of two in recursive doubling and halving-doubling
+ * (allreduce_recursive_doubling.c): of p ranks, the first 2r (r = p - q, q
+ * the largest power of two <= p, kt__fold_pof2) pair up. kt__fold_in: the
+ * even one of a pair sends its input `in` to the odd one and sets *newrank to
+ * -1 (it sits out); the odd one reduces it with its own into buf (lower
+ * rank's data first; tmp holds the message) and gets *newrank = r / 2; the
+ * others r - rem. buf may equal in. kt__fold_out, after the power-of-two
+ * part: the odd one hands the result in buf back. Tags 0 and 1000. */
+KT_INTERNAL int kt__fold_pof2(int p);
+KT_INTERNAL kt_result kt__fold_in(kt__exec *ex, const char *in, char *buf, char *tmp, int *newrank);
+KT_INTERNAL kt_result kt__fold_out(kt__exec *ex, char *buf);
 
 /* Pick the algorithm for op (tuner.c); KAITIAN_ALGO is not applied to a
  * phase of a hierarchical op. *name receives its name for logs. */

@@ -29,6 +29,7 @@ typedef struct algo {
 static const algo algos[] = {
     {KT_COLL_ALLREDUCE, "ring", kt__allreduce_ring, ANY},
     {KT_COLL_ALLREDUCE, "recursive_doubling", kt__allreduce_recursive_doubling, ANY},
+    {KT_COLL_ALLREDUCE, "halving_doubling", kt__allreduce_halving_doubling, ANY},
     {KT_COLL_ALLREDUCE, "shm_ll", kt__allreduce_shm_ll, SHM_LL},
     {KT_COLL_ALLREDUCE, "shm_oneshot", kt__allreduce_shm_oneshot, SHM_SMALL},
     {KT_COLL_ALLREDUCE, "shm_rsag", kt__allreduce_shm_rsag, SHM},
@@ -156,10 +157,11 @@ static bool can_run(struct kt_comm_s *c, const kt__op *op, const algo *a) {
 
 /* The tuner's picks, by name; their index in algos per collective is looked
  * up once (pick_idx), not by string per op. */
-enum { PICK_NONE = -1, PICK_SHM_LL, PICK_SHM_ONESHOT, PICK_SHM_RSAG, PICK_SHM, PICK_HIER, PICK_RD, PICK_RING,
-       PICK_BINOMIAL, PICK_PIPELINE, NPICKS };
-static const char *const pick_names[NPICKS] = {"shm_ll", "shm_oneshot", "shm_rsag", "shm", "hierarchical",
-                                               "recursive_doubling", "ring", "binomial", "pipeline"};
+enum { PICK_NONE = -1, PICK_SHM_LL, PICK_SHM_ONESHOT, PICK_SHM_RSAG, PICK_SHM, PICK_HIER, PICK_RD, PICK_HD,
+       PICK_RING, PICK_BINOMIAL, PICK_PIPELINE, NPICKS };
+static const char *const pick_names[NPICKS] = {"shm_ll",           "shm_oneshot",      "shm_rsag", "shm",
+                                               "hierarchical",     "recursive_doubling", "halving_doubling",
+                                               "ring",             "binomial",         "pipeline"};
 static int pick_idx[KT_COLL_COUNT][NPICKS]; /* -1: the collective has none of that name */
 
 /* Once per process, before the first pick: KAITIAN_ALGO and pick_idx. */
@@ -194,8 +196,16 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
       double ring = 2 * (p - 1) * ALPHA_US * (1 + n / p / chunk / 8) + 2 * (p - 1) / p * n * BETA_US_PER_BYTE;
       bool pof2 = (c->size & (c->size - 1)) == 0;
       double rd = (lg + (pof2 ? 0 : 2)) * (ALPHA_US + n * BETA_US_PER_BYTE);
-      if ((double)op->count < p) return PICK_RD;
-      return (rd <= ring || n <= (double)kt__param_SMALL_BYTES()) ? PICK_RD : PICK_RING;
+      if ((double)op->count < p || n <= (double)kt__param_SMALL_BYTES()) return PICK_RD;
+      /* Halving-doubling: the ring's bytes in 2 log2 q steps (q: the
+       * largest power of two <= p; the others fold in and out first). */
+      int lq = pof2 ? (int)lg : (int)lg - 1;
+      double q = (double)(1 << lq);
+      double hd = q < 4 ? rd + ring
+                        : 2 * lq * ALPHA_US + 2 * (q - 1) / q * n * BETA_US_PER_BYTE +
+                              (pof2 ? 0 : 2 * (ALPHA_US + n * BETA_US_PER_BYTE));
+      if (rd <= ring && rd <= hd) return PICK_RD;
+      return hd < ring ? PICK_HD : PICK_RING;
     }
     case KT_COLL_BROADCAST: {
       double chunk = (double)kt__chunk_bytes(op->dtype);

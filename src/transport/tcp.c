@@ -207,10 +207,11 @@ static kt_result peer_lost(kt__exec *ex, int peer, const char *what, int err) {
 
 /* ---- data path ---------------------------------------------------------- */
 
-/* Lanes a message of len bytes travels on: one per unit, at most the pair's. */
-static int lanes_used(const struct peer *p, size_t len) {
-  size_t units = (len + LANE_UNIT - 1) / LANE_UNIT;
-  return (int)KT_MAX((size_t)1, KT_MIN((size_t)p->nlanes, units));
+/* Lanes message x travels on: one per unit, at most the pair's (or x->lanes). */
+static int lanes_used(const struct peer *p, const kt__xfer *x) {
+  size_t units = (x->len + LANE_UNIT - 1) / LANE_UNIT;
+  size_t most = x->lanes > 0 ? (size_t)KT_MIN(x->lanes, p->nlanes) : (size_t)p->nlanes;
+  return (int)KT_MAX((size_t)1, KT_MIN(most, units));
 }
 
 /* Bytes of a len-byte message that lane s carries when n lanes carry it. */
@@ -286,7 +287,7 @@ static bool lane_can_send(const struct peer *p, int s) {
   const struct lane *l = &p->lane[s];
   const kt__xfer *x = l->scur;
   if (!x) return false;
-  int n = lanes_used(p, x->len);
+  int n = lanes_used(p, x);
   if (s >= n) return true; /* carries no part: passes it at once */
   return l->shdr < KT_NET_HDR_BYTES ||
          (l->sdone < lane_share(x->len, n, s) && lane_offset(n, s, l->sdone) < x->avail);
@@ -297,7 +298,7 @@ static kt_result advance_sends(kt__exec *ex, int peer, int s, bool *moved) {
   struct lane *l = &p->lane[s];
   kt__xfer *x;
   while ((x = l->scur) != NULL) {
-    int n = lanes_used(p, x->len);
+    int n = lanes_used(p, x);
     if (s < n && (l->shdr < KT_NET_HDR_BYTES || l->sdone < lane_share(x->len, n, s))) {
       struct iovec iov[LANE_IOV + 1];
       int k = 0;
@@ -328,7 +329,7 @@ static kt_result advance_sends(kt__exec *ex, int peer, int s, bool *moved) {
 
 /* Bytes of x received from its start without a gap (what a consumer may use). */
 static size_t recv_prefix(const struct peer *p, const kt__xfer *x) {
-  int n = lanes_used(p, x->len);
+  int n = lanes_used(p, x);
   size_t prefix = x->len;
   for (int s = 0; s < n; s++) {
     const struct lane *l = &p->lane[s];
@@ -387,7 +388,7 @@ static kt_result advance_recvs(kt__exec *ex, int peer, int s, bool *moved) {
   struct lane *l = &p->lane[s];
   kt__xfer *x;
   while ((x = l->rcur) != NULL) {
-    int n = lanes_used(p, x->len);
+    int n = lanes_used(p, x);
     if (s < n && (l->rhdr < KT_NET_HDR_BYTES || l->rdone < lane_share(x->len, n, s))) {
       bool had_hdr = l->rhdr == KT_NET_HDR_BYTES;
       struct iovec iov[LANE_IOV + 1];

@@ -23,6 +23,8 @@ typedef struct kt__xfer {
   size_t len;            /* payload bytes */
   size_t done;           /* payload bytes moved so far */
   size_t avail;          /* send only: bytes of buf ready to go (<= len) */
+  int lanes;             /* most TCP connections of the pair to stripe it over (0: all); the
+                            sender's and the receiver's must agree */
   /* transport private */
   unsigned char hdr[KT_NET_HDR_BYTES]; /* send: the header every lane sends first */
   struct kt__xfer *next;

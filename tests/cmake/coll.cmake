@@ -16,6 +16,7 @@ set(KT_COLL_ENV "KAITIAN_TIMEOUT=60000")
 set(KT_COLL_FORCED
   "ring|ring|allreduce,allgather,allgatherv,reduce_scatter"
   "recursive_doubling|allreduce=recursive_doubling|allreduce"
+  "halving_doubling|allreduce=halving_doubling|allreduce"
   "bcast_binomial|broadcast=binomial|broadcast"
   "bcast_pipeline|broadcast=pipeline|broadcast"
   "reduce_binomial|reduce=binomial|reduce"

@@ -117,7 +117,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   lane0_len = 0;
   if (data[0] & 4 && mode != 3) {
     hdr want = op_hdr(&op, (uint32_t)op.tag, len);
-    for (int l = 0; l < lanes_used(p, len); l++) feed(far[l], l, &want, sizeof want);
+    for (int l = 0; l < lanes_used(p, &rx); l++) feed(far[l], l, &want, sizeof want);
   }
   feed(far[lanes], -1, data + HEAD, clen);
   shutdown(far[lanes], SHUT_WR);
@@ -142,7 +142,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (p->abort_msg) check(strlen(p->abort_msg) < KT_TCP_CTRL_TEXT, "an abort notice's text within its bound");
   if (ex.op) {
     check(rx.done <= rx.len, "no more received than the message's length");
-    if (rx.complete && lanes_used(p, len) == 1 && lane0_len <= sizeof lane0) {
+    if (rx.complete && lanes_used(p, &rx) == 1 && lane0_len <= sizeof lane0) {
       check(lane0_len >= KT_NET_HDR_BYTES + len, "a complete message had all its bytes");
       check(memcmp(rbuf, lane0 + KT_NET_HDR_BYTES, len) == 0, "it holds the bytes after its header");
     }

@@ -99,8 +99,11 @@ fail() {
 step() { echo "== $*"; }
 
 # ---- the network ------------------------------------------------------------
-step "creating namespaces ${P}0..2 and $NS_BR, bridge, veths, $NET.1-3/24"
-hosts_up 3 "$TMP"
+# Three nodes; four for the hierarchical jobs (a cross phase among 4 hosts).
+NNODES_UP=3
+[ "$MODE" = hier ] && NNODES_UP=4
+step "creating namespaces ${P}0..$((NNODES_UP - 1)) and $NS_BR, bridge, veths, $NET.1-$NNODES_UP/24"
+hosts_up $NNODES_UP "$TMP"
 case $? in
   0) ;;
   77) echo "SKIP: $HOSTS_WHY"; rm -rf "$TMP"; exit 77 ;;
@@ -495,9 +498,19 @@ if [ "$MODE" = hier ]; then
   flat_job flat22 2 2,0,1,3 4 "$FLAT" \
     allreduce=recursive_doubling broadcast=binomial reduce=binomial allgather=ring allgatherv=ring \
     reduce_scatter=ring barrier=dissemination -- --coll $ALL_HIER --quick
+  FLAT=allreduce=halving_doubling,broadcast=binomial,reduce=binomial,allgather=ring,allgatherv=ring
+  FLAT=$FLAT,reduce_scatter=ring,barrier=dissemination
   flat_job flat222 3 5,0,3,1,4,2 6 "$FLAT" \
-    allreduce=recursive_doubling broadcast=binomial reduce=binomial allgather=ring allgatherv=ring \
+    allreduce=halving_doubling broadcast=binomial reduce=binomial allgather=ring allgatherv=ring \
     reduce_scatter=ring barrier=dissemination -- --coll $ALL_HIER --quick
+
+  step "hier 6. 4 nodes: 1 rank each (the tuner's flat allreduce: recursive doubling when small, halving-doubling at 256 KiB), and 2+1+1+1 ranks (hierarchical, its cross phase among 4 hosts)"
+  NPROCS="1 1 1 1"
+  run_ok hd1111 4 KAITIAN_TIMEOUT=120000 KAITIAN_DEBUG=INFO -- "$COLL" --order 2,0,3,1 --coll allreduce --quick
+  passed_and_ran hd1111 2,0,3,1 4 allreduce=recursive_doubling allreduce=halving_doubling
+  NPROCS="2 1 1 1"
+  hier_job hier2111 4 4,1,0,2,3 5 allreduce,reduce_scatter --quick
+  NPROCS=""
 fi
 
 echo "PASS multihost netns $MODE"
