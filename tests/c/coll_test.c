@@ -56,7 +56,7 @@ static struct {
   bool quick, verbose, selftest;
   bool quiet; /* selftest: checks of deliberately corrupted buffers print nothing */
   bool want[C_NCOLL];
-  long only_count; /* --count N: run only that count (-1: all) */
+  long only_count; /* --count N: run that count instead of the usual ones (-1: the usual) */
   long cases;    /* cases run on this rank */
   long failures; /* cases with at least one wrong element/byte on this rank */
   long corrupted; /* selftest: corruptions made (each must be noticed) */
@@ -755,16 +755,20 @@ static int enumerate(int coll, tcase *out, int cap) {
   for (int d = 0; d < KT_NUM_DTYPES; d++) {
     kt_dtype dt = (kt_dtype)d;
     size_t counts[4] = {0, 1, ODD_COUNT, large_for(coll, dt)};
+    int ncounts = 4;
+    if (T.only_count >= 0) { /* --count N: that count alone */
+      counts[0] = (size_t)T.only_count;
+      ncounts = 1;
+    }
     int nops = colls[coll].reduces ? KT_NUM_OPS : 1;
     for (int o = 0; o < nops; o++) {
       kt_op op = colls[coll].reduces ? (kt_op)o : REF_RAW;
       if (colls[coll].reduces && !ref_op_valid(dt, op)) continue;
-      for (int ci = 0; ci < 4; ci++)
+      for (int ci = 0; ci < ncounts; ci++)
         for (int ip = 0; ip < (colls[coll].inplace ? 2 : 1); ip++)
           for (int ri = 0; ri < nroots; ri++)
             for (int si = 0; si < nshifts; si++) {
               if (quick_skip(dt, op, counts[ci], ip)) continue;
-              if (T.only_count >= 0 && counts[ci] != (size_t)T.only_count) continue;
               if (n == cap) return n;
               tcase *c = &out[n++];
               memset(c, 0, sizeof *c);
@@ -920,7 +924,7 @@ static void run_barrier(void) {
 static void usage(const char *argv0) {
   fprintf(stderr,
           "usage: kaitian run -n N %s [--quick] [--coll name[,name...]] [--seed N] [--verbose]\n"
-          "       [--count N: only that count (0, 1, 1531 or a dtype's large count)]\n"
+          "       [--count N: that count instead of 0, 1, 1531 and a dtype's large count]\n"
           "       [--selftest: also corrupt each result and require the checks to notice]\n"
           "       [--drop-rank R: split rank R off and test on the other ranks' communicator]\n"
           "       [--order r,r,...: test on a communicator split off with the launched ranks in this order\n"

@@ -91,17 +91,26 @@ foreach(np 2 3 5)
   kt_coll_test(coll.np${np}.tcp_tuner ${np} 600 "KAITIAN_TRANSPORT=tcp" --quick)
 endforeach()
 
+# The small-message protocol forced, at a count that spans several of its
+# lines (11 elements: up to 88 bytes per rank, 704 in allgather's output at
+# 8 ranks), every dtype and op. (The tuner's runs use it for counts 0 and 1,
+# which fit line 0 alone.)
+foreach(np 2 3 5 8)
+  kt_coll_test(coll.np${np}.shm_ll ${np} 300 "KAITIAN_ALGO=shm_ll"
+    --coll allreduce,broadcast,reduce,allgather,barrier --count 11)
+endforeach()
+
 # Shared memory with tiny regions: every op runs many double-buffered
 # iterations, with windows that split elements of every size unevenly.
 foreach(np 2 3 4)
   kt_coll_test(coll.np${np}.shm_small_chunks ${np} 300 "KAITIAN_SHM_CHUNK_BYTES=4160;KAITIAN_SHM_ONESHOT_BYTES=0" --quick)
 endforeach()
 
-# The small-message protocol up to its largest payload (872 bytes per rank;
-# the tuner's runs above cover it up to KAITIAN_SHM_LL_BYTES' default).
+# The small-message protocol at its largest payload: 109 elements, 872
+# bytes per rank for 8-byte types (every line), 109-436 for the others.
 foreach(np 3 5)
   kt_coll_test(coll.np${np}.shm_ll_max ${np} 300 "KAITIAN_SHM_LL_BYTES=872"
-    --coll allreduce,broadcast,reduce,allgather,barrier --quick)
+    --coll allreduce,broadcast,reduce,allgather,barrier --count 109)
 endforeach()
 
 # Single-copy allreduce: buffers from kt_mem_alloc and single-copy from 1
