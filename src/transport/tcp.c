@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,7 @@ struct peer {
 #define STATUS_FIRST_NS 1000000000LL    /* an op waits this long before its first status notice */
 #define STATUS_MAX_NS 60000000000LL     /* notices then double their interval up to this */
 #define POLL_SLICE_MS 250               /* longest sleep of a wait between checks */
+#define TCP_SPIN_MAX_BYTES 65536        /* largest op (count x element size) whose waits spin first */
 
 struct kt__tcp {
   int nranks;
@@ -129,6 +131,8 @@ struct kt__tcp {
   int64_t status_gap_ns;
   int64_t sendwait_ns;            /* when a stalled kt_send tells its receiver (CTRL_SENDWAIT, CTRL_PROBE) */
   int64_t sendwait_gap_ns;
+  int64_t spin_ns;       /* KAITIAN_TCP_SPIN_NS */
+  int64_t idle_since_ns; /* when progress last found nothing to move (0: it moved since) */
 };
 
 /* ---- headers ------------------------------------------------------------ */
@@ -688,7 +692,23 @@ kt_result kt__net_progress(kt__exec *ex, bool block) {
       if (p->lane[l].rcur) KT_CHECK(advance_recvs(ex, i, l, &moved));
     }
   }
-  if (moved || !block) return KT_SUCCESS;
+  if (moved || !block) {
+    if (moved) t->idle_since_ns = 0;
+    return KT_SUCCESS;
+  }
+  /* Nothing could move: in an op of up to TCP_SPIN_MAX_BYTES, for
+   * KAITIAN_TCP_SPIN_NS try again, yielding the CPU between tries (a peer's
+   * bytes often arrive within microseconds, sooner than a sleeping rank wakes
+   * up); the caller loops back here. Larger ops move bytes most of the time
+   * and are bound by the link or the copies, which spinning would slow. */
+  if (t->spin_ns > 0 && ex->op->count * kt_dtype_size(ex->op->dtype) <= TCP_SPIN_MAX_BYTES) {
+    int64_t now = kt__now_ns();
+    if (t->idle_since_ns == 0) t->idle_since_ns = now;
+    if (now - t->idle_since_ns < t->spin_ns) {
+      sched_yield();
+      return KT_SUCCESS;
+    }
+  }
 
   /* Nothing could move: sleep until a socket is ready, a peer fails, or an
    * abort; wake now and then to check the deadline and to tell peers which
@@ -1036,6 +1056,7 @@ kt_result kt__tcp_create(struct kt_comm_s *c, int listen_fd) {
     return KT_ERR_NO_MEMORY;
   }
   t->nranks = c->size;
+  t->spin_ns = KT_MAX(kt__param_TCP_SPIN_NS(), (int64_t)0);
   t->listen_fd = listen_fd;
   t->token = kt__fnv1a_str(KT_FNV1A_BASIS, c->prefix);
   t->peers = kt__calloc((size_t)c->size, sizeof *t->peers);
