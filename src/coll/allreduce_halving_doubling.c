@@ -15,9 +15,9 @@
  * and gets the result back at the end (two extra steps of n bytes).
  * Cost: 2 log2(q) alpha + 2 (q-1)/q n beta + (q-1)/q n gamma (+2 (alpha + n beta)
  * when p is not a power of two): the ring's bytes in 2 log2 q steps instead
- * of 2 (p-1). Measured on 4 netns hosts x 1 rank (docs/algorithms.md): at
- * most the ring's time from 64 KiB to 64 MiB, on a 1 Gbit/s link as well as
- * where the CPUs are the bound. */
+ * of 2 (p-1). Measured on 4 netns hosts x 1 rank (docs/algorithms.md):
+ * 0.98-1.09x the ring's time from 64 KiB to 64 MiB on a 1 Gbit/s link,
+ * 0.40-0.98x where the CPUs are the bound. */
 #include "coll.h"
 
 #include "reduce/reduce.h"
@@ -54,8 +54,8 @@ kt_result kt__allreduce_halving_doubling(kt__exec *ex) {
   int q = kt__fold_pof2(p), rem = p - q;
   int nr; /* rank among the q that reduce; -1: sits out */
   if (r < 2 * rem) {
-    char *tmp = kt__scratch(c, bytes);
-    if (!tmp) return KT_ERR_NO_MEMORY;
+    char *tmp = NULL; /* the even one of a pair only sends */
+    if (r % 2 && !(tmp = kt__scratch(c, bytes))) return KT_ERR_NO_MEMORY;
     KT_CHECK(kt__fold_in(ex, in, buf, tmp, &nr));
     if (nr >= 0) in = buf;
   } else {
@@ -89,7 +89,9 @@ kt_result kt__allreduce_halving_doubling(kt__exec *ex) {
         size_t ready = rx.complete ? len : rx.done;
         if (done < len && (ready - done >= chunk || ready == len)) {
           size_t k = KT_MIN(chunk, ready - done);
-          if (upper) reduce(dst + done, tmp + done, mine + done, k / es); /* the partner's ranks are lower */
+          /* The lower half of the pair first. Each element is reduced on one
+           * rank only, so every rank ends with the same bits. */
+          if (upper) reduce(dst + done, tmp + done, mine + done, k / es);
           else reduce(dst + done, mine + done, tmp + done, k / es);
           if (last) kt__op_finalize(op, dst + done, k / es, p);
           done += k;

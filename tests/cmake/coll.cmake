@@ -87,7 +87,7 @@ endforeach()
 
 # On one host the tuner picks shared memory; these runs give the TCP tuner
 # (what ranks on different hosts use) the whole matrix too.
-foreach(np 2 3 5)
+foreach(np 2 3 4 5)
   kt_coll_test(coll.np${np}.tcp_tuner ${np} 600 "KAITIAN_TRANSPORT=tcp" --quick)
 endforeach()
 
@@ -98,6 +98,20 @@ endforeach()
 foreach(np 2 3 5 8)
   kt_coll_test(coll.np${np}.shm_ll ${np} 300 "KAITIAN_ALGO=shm_ll"
     --coll allreduce,broadcast,reduce,allgather,barrier --count 11)
+endforeach()
+
+# Halving-doubling where the forced runs above do not reach: 6 and 7 ranks
+# (two and three pairs fold in and out), and chunks of 1001 bytes with tiny
+# socket buffers, so each step's reduction is streamed in pieces that split
+# elements.
+foreach(np 6 7)
+  kt_coll_test(coll.np${np}.halving_doubling ${np} 300 "KAITIAN_ALGO=allreduce=halving_doubling"
+    --coll allreduce --quick)
+endforeach()
+foreach(np 3 4)
+  kt_coll_test(coll.np${np}.halving_doubling_small_chunks ${np} 300
+    "KAITIAN_ALGO=allreduce=halving_doubling;KAITIAN_CHUNK_BYTES=1001;KAITIAN_SOCKET_BUFFER_BYTES=4096"
+    --coll allreduce --quick)
 endforeach()
 
 # Shared memory with tiny regions: every op runs many double-buffered

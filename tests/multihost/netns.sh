@@ -1,5 +1,6 @@
 #!/bin/sh
-# netns.sh - multi-host test on one machine: three network namespaces
+# netns.sh - multi-host test on one machine: three network namespaces (four in
+# MODE hier)
 # ("nodes", each with its own host name) joined by veth pairs to a bridge in a
 # fourth namespace, one link delayed with netem where the kernel has it. In
 # each node `kaitian run -n 2 --nnodes N --node-rank K --master 10.X.Y.1:PORT`
@@ -51,7 +52,10 @@
 #   with the tuner's picks, where rank 0's INFO log must show each of them
 #   run 'hierarchical' (on 3+2 also with tiny shared-memory regions, ring
 #   segments and chunks), and with the flat TCP algorithms forced through
-#   KAITIAN_ALGO, where it must show the forced ones and no hierarchical one.
+#   KAITIAN_ALGO, where it must show the forced ones and no hierarchical one
+#   (on 2+2+2 allreduce is halving_doubling). Then on 4 nodes: 1 rank each,
+#   where the tuner's flat allreduce must run both recursive_doubling and
+#   halving_doubling, and 2+1+1+1 ranks (hierarchical, a 4-host cross phase).
 # After each job no process may remain in any node. Namespaces, bridge and
 # veths are always removed (trap EXIT); the test checks that none is left.
 # Needs root; exits 77 (skipped) only where `ip netns add` fails.
@@ -188,7 +192,7 @@ rank_errors() {
 }
 
 check_no_procs() {
-  for k in 0 1 2; do
+  for k in $(seq 0 $((NNODES_UP - 1))); do
     left=$(ip netns pids "$(node_ns $k)" | tr '\n' ' ')
     [ -z "$left" ] || fail "$1: processes left in node $k after its launcher exited: $left"
   done
