@@ -38,6 +38,8 @@ KT_INTERNAL kt_result kt__allreduce_shm_ll(kt__exec *ex);
 KT_INTERNAL kt_result kt__reduce_shm_ll(kt__exec *ex);
 KT_INTERNAL kt_result kt__broadcast_shm_ll(kt__exec *ex);
 KT_INTERNAL kt_result kt__allgather_shm_ll(kt__exec *ex);
+KT_INTERNAL kt_result kt__gather_shm_ll(kt__exec *ex);
+KT_INTERNAL kt_result kt__scatter_shm_ll(kt__exec *ex);
 KT_INTERNAL kt_result kt__barrier_shm_ll(kt__exec *ex);
 KT_INTERNAL kt_result kt__allreduce_shm_rsag(kt__exec *ex);
 KT_INTERNAL kt_result kt__broadcast_shm(kt__exec *ex);

@@ -1,14 +1,16 @@
 /* ll_shm.c - small collectives through shared memory with the small-message
  * protocol (shm.h: kt__shm_ll_*): each rank writes its payload and the op's
- * number into its own cache lines, flag beside data, and reads the others'
- * lines when their flags show the op. One write and one read of a line per
+ * number into its own cache lines, flag beside data, and reads the lines it
+ * needs when their flags show the op. One write and one read of a line per
  * peer, where the region algorithms move a step counter and a region line
- * each way. Every rank waits for every other's first line in every op, which
- * is what lets a rank reuse its lines two ops later.
+ * each way. A rank waits only for the ranks it reads: the root of a
+ * broadcast or scatter and the non-roots of a reduce or gather return once
+ * their lines are written.
  *
  * All ranks on one host; payload per rank up to kt__shm_ll_max() bytes
- * (872), chosen by the tuner up to KAITIAN_SHM_LL_BYTES. Reductions run in
- * rank order on every rank, so every rank gets bit-identical results. */
+ * (872; scatter: the root's whole send buffer), chosen by the tuner up to
+ * KAITIAN_SHM_LL_BYTES per rank. Reductions run in rank order on every rank,
+ * so every rank gets bit-identical results. */
 #include "coll.h"
 
 #include "reduce/reduce.h"
@@ -22,9 +24,9 @@ static kt_result reduce_all(kt__exec *ex, size_t n, size_t bytes) {
   const kt__op *op = ex->op;
   _Alignas(64) unsigned char tmp[1024];
   kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
-  KT_CHECK(kt__shm_ll_read(ex, 0, op->recvbuf, bytes));
+  KT_CHECK(kt__shm_ll_read(ex, 0, 0, op->recvbuf, bytes));
   for (int r = 1; r < ex->comm->size; r++) {
-    KT_CHECK(kt__shm_ll_read(ex, r, tmp, bytes));
+    KT_CHECK(kt__shm_ll_read(ex, r, 0, tmp, bytes));
     reduce(op->recvbuf, op->recvbuf, tmp, n);
   }
   kt__op_finalize(op, op->recvbuf, n, ex->comm->size);
@@ -36,7 +38,7 @@ kt_result kt__allreduce_shm_ll(kt__exec *ex) {
   size_t n = op->count, bytes = n * kt_dtype_size(op->dtype);
   kt__shm_op_begin(ex);
   KT_CHECK(kt__shm_ll_post(ex, op->sendbuf, bytes));
-  KT_CHECK(kt__shm_ll_wait(ex));
+  KT_CHECK(kt__shm_ll_wait(ex, -1));
   return bytes ? reduce_all(ex, n, bytes) : KT_SUCCESS;
 }
 
@@ -44,10 +46,11 @@ kt_result kt__reduce_shm_ll(kt__exec *ex) {
   const kt__op *op = ex->op;
   struct kt_comm_s *c = ex->comm;
   size_t n = op->count, bytes = n * kt_dtype_size(op->dtype);
+  bool is_root = c->rank == op->root;
   kt__shm_op_begin(ex);
   KT_CHECK(kt__shm_ll_post(ex, op->sendbuf, bytes));
-  KT_CHECK(kt__shm_ll_wait(ex));
-  return bytes && c->rank == op->root ? reduce_all(ex, n, bytes) : KT_SUCCESS;
+  KT_CHECK(kt__shm_ll_wait(ex, is_root ? -1 : c->rank));
+  return bytes && is_root ? reduce_all(ex, n, bytes) : KT_SUCCESS;
 }
 
 kt_result kt__broadcast_shm_ll(kt__exec *ex) {
@@ -58,8 +61,8 @@ kt_result kt__broadcast_shm_ll(kt__exec *ex) {
   kt__shm_op_begin(ex);
   KT_CHECK(kt__shm_ll_post(ex, is_root ? op->sendbuf : NULL, is_root ? bytes : 0));
   if (is_root && bytes && op->sendbuf != op->recvbuf) memcpy(op->recvbuf, op->sendbuf, bytes);
-  KT_CHECK(kt__shm_ll_wait(ex));
-  if (!is_root && bytes) KT_CHECK(kt__shm_ll_read(ex, op->root, op->recvbuf, bytes));
+  KT_CHECK(kt__shm_ll_wait(ex, op->root));
+  if (!is_root && bytes) KT_CHECK(kt__shm_ll_read(ex, op->root, 0, op->recvbuf, bytes));
   return KT_SUCCESS;
 }
 
@@ -70,13 +73,48 @@ kt_result kt__allgather_shm_ll(kt__exec *ex) {
   char *out = op->recvbuf;
   kt__shm_op_begin(ex);
   KT_CHECK(kt__shm_ll_post(ex, op->sendbuf, bytes));
-  KT_CHECK(kt__shm_ll_wait(ex));
-  for (int r = 0; r < c->size && bytes; r++) KT_CHECK(kt__shm_ll_read(ex, r, out + (size_t)r * bytes, bytes));
+  KT_CHECK(kt__shm_ll_wait(ex, -1));
+  for (int r = 0; r < c->size && bytes; r++) KT_CHECK(kt__shm_ll_read(ex, r, 0, out + (size_t)r * bytes, bytes));
+  return KT_SUCCESS;
+}
+
+/* Even blocks only (the tuner leaves the hierarchy's uneven ones to shm). */
+kt_result kt__gather_shm_ll(kt__exec *ex) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm;
+  size_t bytes = op->count * kt_dtype_size(op->dtype);
+  bool is_root = c->rank == op->root;
+  char *out = op->recvbuf;
+  kt__shm_op_begin(ex);
+  KT_CHECK(kt__shm_ll_post(ex, is_root ? NULL : op->sendbuf, is_root ? 0 : bytes));
+  KT_CHECK(kt__shm_ll_wait(ex, is_root ? -1 : c->rank));
+  if (!is_root || !bytes) return KT_SUCCESS;
+  for (int r = 0; r < c->size; r++) {
+    char *dst = out + (size_t)r * bytes;
+    if (r != c->rank) KT_CHECK(kt__shm_ll_read(ex, r, 0, dst, bytes));
+    else if (dst != (const char *)op->sendbuf) memcpy(dst, op->sendbuf, bytes);
+  }
+  return KT_SUCCESS;
+}
+
+kt_result kt__scatter_shm_ll(kt__exec *ex) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm;
+  size_t bytes = op->count * kt_dtype_size(op->dtype);
+  bool is_root = c->rank == op->root;
+  kt__shm_op_begin(ex);
+  KT_CHECK(kt__shm_ll_post(ex, is_root ? op->sendbuf : NULL, is_root ? bytes * (size_t)c->size : 0));
+  if (is_root && bytes) {
+    const char *mine = (const char *)op->sendbuf + (size_t)c->rank * bytes;
+    if (op->recvbuf != mine) memcpy(op->recvbuf, mine, bytes);
+  }
+  KT_CHECK(kt__shm_ll_wait(ex, op->root));
+  if (!is_root && bytes) KT_CHECK(kt__shm_ll_read(ex, op->root, (size_t)c->rank * bytes, op->recvbuf, bytes));
   return KT_SUCCESS;
 }
 
 kt_result kt__barrier_shm_ll(kt__exec *ex) {
   kt__shm_op_begin(ex);
   KT_CHECK(kt__shm_ll_post(ex, NULL, 0));
-  return kt__shm_ll_wait(ex);
+  return kt__shm_ll_wait(ex, -1);
 }

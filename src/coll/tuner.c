@@ -54,8 +54,10 @@ static const algo algos[] = {
     {KT_COLL_REDUCE_SCATTER, "shm", kt__reduce_scatter_shm, SHM},
     {KT_COLL_REDUCE_SCATTER, "hierarchical", kt__reduce_scatter_hierarchical, HIER},
     {KT_COLL_GATHER, "linear", kt__gather_linear, ANY},
+    {KT_COLL_GATHER, "shm_ll", kt__gather_shm_ll, SHM_LL},
     {KT_COLL_GATHER, "shm", kt__gather_shm, SHM},
     {KT_COLL_SCATTER, "linear", kt__scatter_linear, ANY},
+    {KT_COLL_SCATTER, "shm_ll", kt__scatter_shm_ll, SHM_LL},
     {KT_COLL_SCATTER, "shm", kt__scatter_shm, SHM},
     {KT_COLL_ALLTOALL, "pairwise", kt__alltoallv_pairwise, ANY},
     {KT_COLL_ALLTOALL, "shm", kt__alltoallv_shm, SHM},
@@ -134,10 +136,15 @@ static int ceil_log2(int p) {
   return l;
 }
 
-/* Each rank's payload fits the small-message lines (allgather: its block;
- * barrier: none). */
-static bool ll_fits(const kt__op *op) {
-  return op->coll == KT_COLL_BARRIER || op->count * kt_dtype_size(op->dtype) <= kt__shm_ll_max();
+/* Each rank's payload fits the small-message lines (allgather and gather:
+ * its block; scatter: the root's every block; barrier: none). The
+ * hierarchy's uneven gathers stay with shm. */
+static bool ll_fits(const struct kt_comm_s *c, const kt__op *op) {
+  if (op->coll == KT_COLL_BARRIER) return true;
+  if (op->counts) return false;
+  size_t bytes = op->count * kt_dtype_size(op->dtype);
+  if (op->coll == KT_COLL_SCATTER) return bytes <= kt__shm_ll_max() / (size_t)c->size;
+  return bytes <= kt__shm_ll_max();
 }
 
 static bool can_run(struct kt_comm_s *c, const kt__op *op, const algo *a) {
@@ -151,7 +158,7 @@ static bool can_run(struct kt_comm_s *c, const kt__op *op, const algo *a) {
   if (!c->shm) return false;
   if (a->needs == SHM_SMALL)
     return op->count * kt_dtype_size(op->dtype) <= kt__shm_region_bytes(c);
-  if (a->needs == SHM_LL) return ll_fits(op);
+  if (a->needs == SHM_LL) return ll_fits(c, op);
   return true;
 }
 
@@ -165,11 +172,21 @@ static const char *const pick_names[NPICKS] = {"shm_ll",           "shm_oneshot"
 static int pick_idx[KT_COLL_COUNT][NPICKS]; /* -1: the collective has none of that name */
 
 /* Once per process, before the first pick: KAITIAN_ALGO and pick_idx. */
-static int64_t ll_bytes; /* KAITIAN_SHM_LL_BYTES */
+static int64_t ll_bytes[KT_COLL_COUNT]; /* KAITIAN_SHM_LL_BYTES, per collective */
+
+/* Unset, KAITIAN_SHM_LL_BYTES is one line (32 bytes) except where a rank
+ * that only sends gains more from the protocol than the extra lines cost
+ * (docs/algorithms.md): reduce and gather, up to every line. */
+static void init_ll_bytes(void) {
+  int64_t v = kt__param_SHM_LL_BYTES();
+  for (int cl = 0; cl < KT_COLL_COUNT; cl++) ll_bytes[cl] = v;
+  if (!kt__param_set_SHM_LL_BYTES())
+    ll_bytes[KT_COLL_REDUCE] = ll_bytes[KT_COLL_GATHER] = (int64_t)kt__shm_ll_max();
+}
 
 static void init_tuner(void) {
   parse_forced();
-  ll_bytes = kt__param_SHM_LL_BYTES();
+  init_ll_bytes();
   for (int cl = 0; cl < KT_COLL_COUNT; cl++)
     for (int k = 0; k < NPICKS; k++) pick_idx[cl][k] = find_algo((kt__coll)cl, pick_names[k]);
 }
@@ -178,9 +195,8 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
   double p = c->size, n = (double)op->count * (double)kt_dtype_size(op->dtype);
   double lg = ceil_log2(c->size);
   if (c->shm) { /* one host: shared memory for every collective */
-    if (ll_bytes > 0 && ll_fits(op) && (op->coll == KT_COLL_BARRIER || n <= (double)ll_bytes) &&
-        (op->coll == KT_COLL_ALLREDUCE || op->coll == KT_COLL_BROADCAST || op->coll == KT_COLL_REDUCE ||
-         op->coll == KT_COLL_ALLGATHER || op->coll == KT_COLL_BARRIER))
+    if (ll_bytes[op->coll] > 0 && pick_idx[op->coll][PICK_SHM_LL] >= 0 && ll_fits(c, op) &&
+        (op->coll == KT_COLL_BARRIER || n <= (double)ll_bytes[op->coll]))
       return PICK_SHM_LL;
     if (op->coll == KT_COLL_ALLREDUCE)
       return n <= (double)KT_MIN((size_t)kt__param_SHM_ONESHOT_BYTES(), kt__shm_region_bytes(c)) ? PICK_SHM_ONESHOT

@@ -23,8 +23,10 @@
 #define SHM_MAGIC 0x324d48535454424bull /* "KBTTSHM2" */
 #define SHM_HDR_BYTES 4096
 #define SHM_SLOT_MAIN 512 /* shm_slot; then the rank's small-message lines */
-#define SHM_LL_LINES 16   /* per parity: 32 + 15 x 56 = 872 bytes of payload */
-#define SHM_SLOT_BYTES (SHM_SLOT_MAIN + 2 * SHM_LL_LINES * 64)
+#define SHM_LL_LINES 16   /* per small-message slot: 32 + 15 x 56 = 872 bytes of payload */
+#define SHM_LL_SLOTS 8    /* small-message slots per rank: op k uses slot k mod 8 */
+#define SHM_LL_AHEAD 4    /* op k is written once every peer has written op k - 4 */
+#define SHM_SLOT_BYTES (SHM_SLOT_MAIN + SHM_LL_SLOTS * SHM_LL_LINES * 64)
 #define SHM_MAPS 4 /* peers' registered buffers kept mapped, per peer */
 #define SHM_LIVENESS_NS 100000000 /* check pids and sockets every 100 ms asleep */
 #define SHM_CYCLE_MAX 64         /* longest cycle of waiting sends looked for */
@@ -97,6 +99,9 @@ _Static_assert(sizeof(kt__sig) == 24, "the signature fills line 0's first 24 byt
 #define LL_FIRST 32 /* payload bytes in line 0 */
 #define LL_MAX_BYTES (LL_FIRST + (SHM_LL_LINES - 1) * 56)
 _Static_assert(offsetof(shm_slot, sigs) + sizeof(sig[2]) <= 64, "step and signatures in one cache line");
+/* A slot is rewritten SHM_LL_SLOTS ops later; its op's signatures are
+ * compared SHM_LL_AHEAD ops later, before any peer can rewrite it. */
+_Static_assert(SHM_LL_SLOTS >= 2 * SHM_LL_AHEAD && SHM_LL_AHEAD >= 1, "small-message slots");
 
 struct kt__shm {
   void *base;
@@ -122,6 +127,8 @@ struct kt__shm {
   struct peer_map *maps; /* peers' registered buffers mapped here, SHM_MAPS per rank */
   uint64_t map_clock;    /* for least-recently-used eviction */
   uint64_t ll_seq;       /* small-message ops so far (the flag of my lines) */
+  int ll_cmp[SHM_LL_SLOTS]; /* whose signature of that slot's op was compared: LL_CMP_* or a rank */
+  uint64_t ll_partial;   /* the last small op not compared with every peer (0: none pending) */
   bool direct_off;       /* mapping a peer's buffer failed once: offer no more */
 };
 
@@ -151,9 +158,9 @@ static shm_slot *slot_at(void *base, int r) {
 
 static shm_slot *slot(const kt__shm *s, int r) { return slot_at(s->base, r); }
 
-/* Rank r's small-message line i of parity par. */
-static ll_line *ll_at(const kt__shm *s, int r, int par, int i) {
-  return (ll_line *)((char *)slot(s, r) + SHM_SLOT_MAIN) + par * SHM_LL_LINES + i;
+/* Rank r's small-message line i of slot k (op k mod SHM_LL_SLOTS). */
+static ll_line *ll_at(const kt__shm *s, int r, int k, int i) {
+  return (ll_line *)((char *)slot(s, r) + SHM_SLOT_MAIN) + k * SHM_LL_LINES + i;
 }
 
 /* Layout: header, n slots, n^2 ring heads (all reserved by the creator);
@@ -634,14 +641,18 @@ static bool reached(const kt__shm *s, int r, uint64_t target) {
 }
 
 /* The error for peer r found in another op (its signature theirs). */
-static kt_result mismatch(kt__exec *ex, int r, const sig *theirs) {
+static kt_result mismatch_of(kt__exec *ex, const sig *mine, int r, const sig *theirs) {
   kt__shm *s = ex->comm->shm;
   char a[160], b[160], who[128];
-  kt__sig_describe(&s->cur, a, sizeof a);
+  kt__sig_describe(mine, a, sizeof a);
   kt__sig_describe(theirs, b, sizeof b);
   kt__peer_desc(ex->comm, r, who, sizeof who);
   return kt__err(KT_ERR_MISMATCH, "mismatched operations: rank %d is in (%s) but %s is in (%s)",
                  kt__rank_label(ex->comm, s->me), a, who, b);
+}
+
+static kt_result mismatch(kt__exec *ex, int r, const sig *theirs) {
+  return mismatch_of(ex, &ex->comm->shm->cur, r, theirs);
 }
 
 /* Compare my signature of this op with those of the ranks waited for. Fields
@@ -1086,23 +1097,126 @@ bool kt__shm_direct_ok(kt__exec *ex, int r) {
 
 /* ---- small messages: flag and payload in the same cache line --------------- */
 
+/* Each rank has SHM_LL_SLOTS slots of lines and writes op k (the k-th
+ * small-message op of the communicator, the same on every rank) into slot
+ * k mod SHM_LL_SLOTS, line 0 last, every line flagged k. Before it writes
+ * op k it waits until every peer has written op k - SHM_LL_AHEAD: that peer
+ * then finished reading op k - SHM_LL_AHEAD - 1 and every earlier one, among
+ * them the op whose lines slot k held. A rank waits only for the lines it
+ * reads: the root of a broadcast or scatter and the non-roots of a reduce
+ * or gather wait for nobody and run up to SHM_LL_AHEAD ops ahead.
+ *
+ * Signatures: a rank compares its signature of op j with each peer's when
+ * it waits for that peer's lines in op j, or else when it writes op
+ * j + SHM_LL_AHEAD, where it reads the peer's line 0 of op j anyway (the
+ * wait above). That line still holds op j then: the peer rewrites the slot
+ * with op j + SHM_LL_SLOTS only after this rank has written op
+ * j + SHM_LL_SLOTS - SHM_LL_AHEAD >= j + SHM_LL_AHEAD. A rank that waits
+ * for every peer (allreduce, allgather, barrier) also compares the ops
+ * before it that it has not compared yet. So every pair of ranks compares
+ * every op; a mismatch in an op that no rank reads through surfaces at the
+ * next op that waits for all, and at most SHM_LL_AHEAD small ops later. */
+enum { LL_CMP_NONE = -1, LL_CMP_ALL = -2 };
+
 size_t kt__shm_ll_max(void) { return LL_MAX_BYTES; }
 
 static size_t ll_lines(size_t bytes) { return bytes <= LL_FIRST ? 1 : 1 + (bytes - LL_FIRST + 55) / 56; }
+static int ll_slot(uint64_t k) { return (int)(k % SHM_LL_SLOTS); }
+
+typedef struct ll_goal {
+  uint64_t seq;
+  int r;        /* one rank's lines (the first `lines`), or -1: every peer's line 0 */
+  size_t lines;
+} ll_goal;
+
+static bool ll_ready(const kt__shm *s, const void *arg) {
+  const ll_goal *g = arg;
+  int k = ll_slot(g->seq);
+  if (g->r >= 0) {
+    for (size_t i = 0; i < g->lines; i++)
+      if (atomic_load_explicit(&ll_at(s, g->r, k, (int)i)->flag, memory_order_acquire) != g->seq) return false;
+    return true;
+  }
+  for (int r = 0; r < s->n; r++)
+    if (r != s->me && atomic_load_explicit(&ll_at(s, r, k, 0)->flag, memory_order_acquire) != g->seq)
+      return false;
+  return true;
+}
+
+/* Asleep in a small-message wait: a rank waited for whose step counter moved
+ * past mine is in a region op this rank has not reached, so it ran every
+ * small op up to this one and wrote its line 0; if that line is not there, it
+ * skipped the op (sizes that differ across the threshold). Ranks not waited
+ * for may legitimately be ahead. */
+static kt_result ll_stuck(kt__exec *ex, const void *arg) {
+  kt__shm *s = ex->comm->shm;
+  const ll_goal *g = arg;
+  for (int r = g->r >= 0 ? g->r : 0; r < (g->r >= 0 ? g->r + 1 : s->n); r++) {
+    if (r == s->me) continue;
+    shm_slot *sl = slot(s, r);
+    if (atomic_load_explicit(&sl->step, memory_order_acquire) <= s->step) continue;
+    if (atomic_load_explicit(&ll_at(s, r, ll_slot(g->seq), 0)->flag, memory_order_acquire) == g->seq) continue;
+    return mismatch(ex, r, sl->sigs[0].seq > sl->sigs[1].seq ? &sl->sigs[0] : &sl->sigs[1]);
+  }
+  return KT_SUCCESS;
+}
+
+static kt_result ll_wait_goal(kt__exec *ex, const ll_goal *g) {
+  kt__shm *s = ex->comm->shm;
+  if (!ll_ready(s, g)) KT_CHECK(wait_ready_or_stuck(ex, g->r, UINT64_MAX, ll_ready, g, ll_stuck));
+  return KT_SUCCESS;
+}
+
+/* Rank r's signature of op seq (its line 0 holds that op) against mine. */
+static kt_result ll_compare_to(kt__exec *ex, int r, uint64_t seq, const sig *mine) {
+  kt__shm *s = ex->comm->shm;
+  sig theirs;
+  memcpy(&theirs, ll_at(s, r, ll_slot(seq), 0)->data, sizeof theirs);
+  return kt__sig_equal(&theirs, mine) ? KT_SUCCESS : mismatch_of(ex, mine, r, &theirs);
+}
+
+/* The same for an earlier op: my signature is still in my own line 0 of it. */
+static kt_result ll_compare(kt__exec *ex, int r, uint64_t seq) {
+  kt__shm *s = ex->comm->shm;
+  sig mine;
+  if (atomic_load_explicit(&ll_at(s, r, ll_slot(seq), 0)->flag, memory_order_acquire) != seq)
+    return kt__err(KT_ERR_INTERNAL, "small-message line 0 of rank %d is not op %llu's", r, (unsigned long long)seq);
+  memcpy(&mine, ll_at(s, s->me, ll_slot(seq), 0)->data, sizeof mine);
+  return ll_compare_to(ex, r, seq, &mine);
+}
+
+/* Before writing op seq: every peer has written op j = seq - SHM_LL_AHEAD,
+ * and its signature of j equals mine (unless op j already compared it). */
+static kt_result ll_settle(kt__exec *ex, uint64_t seq) {
+  kt__shm *s = ex->comm->shm;
+  if (seq <= SHM_LL_AHEAD) return KT_SUCCESS;
+  uint64_t j = seq - SHM_LL_AHEAD;
+  int done = s->ll_cmp[ll_slot(j)];
+  if (done == LL_CMP_ALL) return KT_SUCCESS;
+  for (int r = 0; r < s->n; r++) {
+    if (r == s->me || r == done) continue;
+    ll_goal g = {j, r, 1};
+    KT_CHECK(ll_wait_goal(ex, &g));
+    KT_CHECK(ll_compare(ex, r, j));
+  }
+  return KT_SUCCESS;
+}
 
 kt_result kt__shm_ll_post(kt__exec *ex, const void *payload, size_t bytes) {
   kt__shm *s = ex->comm->shm;
   if (bytes > LL_MAX_BYTES)
     return kt__err(KT_ERR_INTERNAL, "small-message protocol called for %zu bytes (at most %d)", bytes,
                    LL_MAX_BYTES);
-  uint64_t seq = ++s->ll_seq;
-  int par = (int)(seq & 1);
+  uint64_t seq = s->ll_seq + 1;
+  KT_CHECK(ll_settle(ex, seq));
+  if (seq > 1 && s->ll_cmp[ll_slot(seq - 1)] != LL_CMP_ALL) s->ll_partial = seq - 1;
+  s->ll_seq = seq;
+  int k = ll_slot(seq);
+  s->ll_cmp[k] = LL_CMP_NONE;
   size_t nl = ll_lines(bytes);
   const unsigned char *src = payload;
-  /* The peers finished reading these lines (op seq - 2): each wrote its line
-   * 0 of op seq - 1, which this rank waited for, only after that. */
   for (size_t i = nl; i-- > 0;) { /* line 0, which everyone waits for first, last */
-    ll_line *l = ll_at(s, s->me, par, (int)i);
+    ll_line *l = ll_at(s, s->me, k, (int)i);
     size_t off = i == 0 ? 0 : LL_FIRST + (i - 1) * 56, len = i == 0 ? LL_FIRST : 56;
     len = off < bytes ? KT_MIN(len, bytes - off) : 0;
     if (i == 0) memcpy(l->data, &s->cur, sizeof s->cur);
@@ -1113,68 +1227,52 @@ kt_result kt__shm_ll_post(kt__exec *ex, const void *payload, size_t bytes) {
   return KT_SUCCESS;
 }
 
-typedef struct ll_goal {
-  uint64_t seq;
-  int par, r; /* r: one rank's every line (of lines), or -1: every rank's line 0 */
-  size_t lines;
-} ll_goal;
-
-static bool ll_ready(const kt__shm *s, const void *arg) {
-  const ll_goal *g = arg;
-  if (g->r >= 0) {
-    for (size_t i = 0; i < g->lines; i++)
-      if (atomic_load_explicit(&ll_at(s, g->r, g->par, (int)i)->flag, memory_order_acquire) != g->seq) return false;
-    return true;
-  }
-  for (int r = 0; r < s->n; r++)
-    if (r != s->me && atomic_load_explicit(&ll_at(s, r, g->par, 0)->flag, memory_order_acquire) != g->seq)
-      return false;
-  return true;
-}
-
-/* Asleep in a small-message wait: a peer whose step counter moved past mine
- * is in an op that does not use the protocol (sizes that differ across the
- * threshold), which would never write the line waited for. */
-static kt_result ll_stuck(kt__exec *ex, const void *arg) {
+/* Every peer has written op seq: compare the signatures of the ops before
+ * it that were not compared with every peer yet (their lines are intact: a
+ * peer rewrites op j's slot only after this rank wrote op j + SHM_LL_AHEAD),
+ * so a mismatch in a one-way op surfaces at the next op that waits for all. */
+static kt_result ll_settle_all(kt__exec *ex, uint64_t seq) {
   kt__shm *s = ex->comm->shm;
-  for (int r = 0; r < s->n; r++) {
-    if (r == s->me) continue;
-    shm_slot *sl = slot(s, r);
-    if (atomic_load_explicit(&sl->step, memory_order_acquire) <= s->step) continue;
-    /* A peer that finished this op saw every line this rank waits for
-     * before it posted in its next one: seen through its step, they are
-     * visible here now, unless the peer never ran this op. */
-    if (ll_ready(s, arg)) return KT_SUCCESS;
-    return mismatch(ex, r, sl->sigs[0].seq > sl->sigs[1].seq ? &sl->sigs[0] : &sl->sigs[1]);
+  for (uint64_t j = seq > SHM_LL_AHEAD ? seq - SHM_LL_AHEAD + 1 : 1; j < seq; j++) {
+    int done = s->ll_cmp[ll_slot(j)];
+    if (done == LL_CMP_ALL) continue;
+    for (int r = 0; r < s->n; r++)
+      if (r != s->me && r != done) KT_CHECK(ll_compare(ex, r, j));
+    s->ll_cmp[ll_slot(j)] = LL_CMP_ALL;
   }
   return KT_SUCCESS;
 }
 
-kt_result kt__shm_ll_wait(kt__exec *ex) {
+kt_result kt__shm_ll_wait(kt__exec *ex, int r) {
   kt__shm *s = ex->comm->shm;
-  ll_goal g = {s->ll_seq, (int)(s->ll_seq & 1), -1, 1};
-  if (!ll_ready(s, &g)) KT_CHECK(wait_ready_or_stuck(ex, -1, UINT64_MAX, ll_ready, &g, ll_stuck));
-  for (int r = 0; r < s->n; r++) {
-    if (r == s->me) continue;
-    sig theirs;
-    memcpy(&theirs, ll_at(s, r, g.par, 0)->data, sizeof theirs);
-    if (!kt__sig_equal(&theirs, &s->cur)) return mismatch(ex, r, &theirs);
+  if (r != s->me) {
+    ll_goal g = {s->ll_seq, r, 1};
+    KT_CHECK(ll_wait_goal(ex, &g));
+    for (int i = r >= 0 ? r : 0; i < (r >= 0 ? r + 1 : s->n); i++)
+      if (i != s->me) KT_CHECK(ll_compare_to(ex, i, s->ll_seq, &s->cur));
+    s->ll_cmp[ll_slot(s->ll_seq)] = r >= 0 ? r : LL_CMP_ALL;
+    if (r < 0 && s->ll_partial && s->ll_partial + SHM_LL_AHEAD > s->ll_seq) {
+      KT_CHECK(ll_settle_all(ex, s->ll_seq));
+      s->ll_partial = 0;
+    }
   }
   return check_failures(ex, -1, UINT64_MAX, false);
 }
 
-kt_result kt__shm_ll_read(kt__exec *ex, int r, void *dst, size_t bytes) {
+kt_result kt__shm_ll_read(kt__exec *ex, int r, size_t off, void *dst, size_t bytes) {
   kt__shm *s = ex->comm->shm;
-  ll_goal g = {s->ll_seq, (int)(s->ll_seq & 1), r, ll_lines(bytes)};
-  /* Line 0 is written last (kt__shm_ll_post), and kt__shm_ll_wait saw every
-   * rank's: the other lines are there. Polling them while they are written
-   * would pull each line away from its writer once more. */
+  int k = ll_slot(s->ll_seq);
+  ll_goal g = {s->ll_seq, r, ll_lines(off + bytes)};
+  /* Line 0 is written last (kt__shm_ll_post), and kt__shm_ll_wait saw r's:
+   * the other lines are there. Polling them while they are written would
+   * pull each line away from its writer once more. */
   if (r != s->me && !ll_ready(s, &g)) return kt__err(KT_ERR_INTERNAL, "small-message lines of rank %d incomplete", r);
   unsigned char *out = dst;
-  for (size_t i = 0, off = 0; off < bytes; i++) {
-    size_t len = KT_MIN(i == 0 ? (size_t)LL_FIRST : 56, bytes - off);
-    memcpy(out + off, ll_at(s, r, g.par, (int)i)->data + (i == 0 ? sizeof(sig) : 0), len);
-    off += len;
+  size_t end = off + bytes;
+  for (size_t i = 0, at = 0; at < end; i++) { /* at: payload offset of line i */
+    size_t cap = i == 0 ? (size_t)LL_FIRST : 56, lo = KT_MAX(at, off), hi = KT_MIN(at + cap, end);
+    if (lo < hi) memcpy(out + (lo - off), ll_at(s, r, k, (int)i)->data + (i == 0 ? sizeof(sig) : 0) + (lo - at), hi - lo);
+    at += cap;
   }
   return KT_SUCCESS;
 }

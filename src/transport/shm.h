@@ -60,17 +60,19 @@ KT_INTERNAL kt_result kt__shm_wait(kt__exec *ex, int r, uint64_t target);
  * KT_ERR_MISMATCH naming both sides. */
 KT_INTERNAL kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int src, void *rbuf,
                                   size_t rlen, uint32_t tag);
-/* The small-message protocol (up to kt__shm_ll_max() bytes): each op, every
- * rank posts its payload (NULL, 0: none) with kt__shm_ll_post, then
- * kt__shm_ll_wait waits until every rank has posted (and compares the op
- * signatures); kt__shm_ll_read then copies rank r's payload (r may be this
- * rank) once it has all arrived. Flag and data share cache lines; no step
- * counter moves, and every rank must wait in every such op (a rank's lines
- * are reused two ops later). */
+/* The small-message protocol (up to kt__shm_ll_max() bytes per rank): each
+ * op, every rank posts its payload (NULL, 0: none) with kt__shm_ll_post;
+ * kt__shm_ll_wait(r) waits until rank r has posted this op (-1: every rank;
+ * r == this rank: nobody) and compares the signatures of those waited for;
+ * kt__shm_ll_read then copies bytes from offset off of rank r's payload (r
+ * may be this rank). Flag and data share cache lines; no step counter
+ * moves. A rank waits only for what it reads and may run a few small ops
+ * ahead of the others (shm.c says how far, and when the other signatures
+ * are compared). */
 KT_INTERNAL size_t kt__shm_ll_max(void);
 KT_INTERNAL kt_result kt__shm_ll_post(kt__exec *ex, const void *payload, size_t bytes);
-KT_INTERNAL kt_result kt__shm_ll_wait(kt__exec *ex);
-KT_INTERNAL kt_result kt__shm_ll_read(kt__exec *ex, int r, void *dst, size_t bytes);
+KT_INTERNAL kt_result kt__shm_ll_wait(kt__exec *ex, int r);
+KT_INTERNAL kt_result kt__shm_ll_read(kt__exec *ex, int r, size_t off, void *dst, size_t bytes);
 /* Small per-iteration value published with the next post (alltoallv). */
 KT_INTERNAL void kt__shm_set_aux(kt__exec *ex, int par, uint64_t v);
 KT_INTERNAL uint64_t kt__shm_get_aux(kt__exec *ex, int r, int par);

@@ -97,7 +97,7 @@ endforeach()
 # which fit line 0 alone.)
 foreach(np 2 3 5 8)
   kt_coll_test(coll.np${np}.shm_ll ${np} 300 "KAITIAN_ALGO=shm_ll"
-    --coll allreduce,broadcast,reduce,allgather,barrier --count 11)
+    --coll allreduce,broadcast,reduce,allgather,gather,scatter,barrier --count 11)
 endforeach()
 
 # Halving-doubling where the forced runs above do not reach: 6 and 7 ranks
@@ -124,7 +124,7 @@ endforeach()
 # bytes per rank for 8-byte types (every line), 109-436 for the others.
 foreach(np 3 5)
   kt_coll_test(coll.np${np}.shm_ll_max ${np} 300 "KAITIAN_SHM_LL_BYTES=872"
-    --coll allreduce,broadcast,reduce,allgather,barrier --count 109)
+    --coll allreduce,broadcast,reduce,allgather,gather,barrier --count 109)
 endforeach()
 
 # Single-copy allreduce: buffers from kt_mem_alloc and single-copy from 1

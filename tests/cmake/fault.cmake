@@ -47,6 +47,14 @@ kt_fault_test(mismatch.np3.count 120 3 scenario.sh --np 3 --max-s 30
 kt_fault_test(mismatch.np3.countsmall 120 3 scenario.sh --np 3 --max-s 10
   --grep "mismatched operations: rank [0-2] is in \\(op #1 allreduce, count 4.* but rank 1 .* is in \\(op #1 allreduce, count 16"
   --env KAITIAN_TIMEOUT=60000 -- mismatch kind=countsmall)
+# Small ops where every rank only sends (rank 1 broadcasts from itself, the
+# others reduce to rank 1): the barrier after it, or one of the 4 broadcasts
+# after it, fails on every rank, naming op #1 on both sides.
+foreach(kind smallsendonly smallstream)
+  kt_fault_test(mismatch.np3.${kind} 120 3 scenario.sh --np 3 --max-s 10
+    --grep "mismatched operations: rank [0-2] is in \\(op #1 (broadcast|reduce), count 4.* but rank [0-2] .* is in \\(op #1 (broadcast|reduce), count 4"
+    --env KAITIAN_TIMEOUT=60000 -- mismatch kind=${kind})
+endforeach()
 kt_fault_test(mismatch.np3.bcast 120 3 scenario.sh --np 3 --max-s 30
   --env KAITIAN_TIMEOUT=60000 -- mismatch kind=bcast)
 kt_fault_test(mismatch.np3.p2ptag 120 3 scenario.sh --np 3 --max-s 30

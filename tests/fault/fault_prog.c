@@ -9,7 +9,7 @@
  *                                      expected is KT_ERR_TIMEOUT)
  *   deadpeer   victim=V mode=kill|exit   V dies after a barrier
  *   timeout    sleeper=S sleep_ms=T expect_ms=E [strict=0|1]
- *   mismatch   kind=bcast|bcastroot1|count|countlarge|dtype|op
+ *   mismatch   kind=bcast|bcastroot1|count|countlarge|dtype|op|smallsendonly|smallstream
  *   abort      mode=blocking|nonblocking [wait_ms=T] [strict=0|1]
  *   graceful   kind=late_destroy|p2p
  *   late       [sleep_ms=T]              ranks late by T ms to the same operations
@@ -530,6 +530,11 @@ static int scenario_mismatch(kt_comm comm) {
     root = 1;
   } else if (!strcmp(kind, "count")) {
     count1 = 200;
+  } else if (!strcmp(kind, "smallsendonly") || !strcmp(kind, "smallstream")) {
+    /* the small-message protocol; both sides send only */
+    bcast = true;
+    root = 1;
+    count = count1 = 4;
   } else if (!strcmp(kind, "countsmall")) { /* 16 bytes against 64: across KAITIAN_SHM_LL_BYTES (32) */
     count = 4;
     count1 = 16;
@@ -559,6 +564,7 @@ static int scenario_mismatch(kt_comm comm) {
   const char *what;
   int64_t t0 = mono_ms();
   kt_result r;
+  bool small = !strcmp(kind, "smallsendonly") || !strcmp(kind, "smallstream");
   bool pair = !strcmp(kind, "sendfirst") || !strcmp(kind, "sendfirstbig");
   if (cycle && (!pair || g_rank < 2)) {
     int to = pair ? 1 - g_rank : (g_rank + 1) % g_size;
@@ -584,6 +590,9 @@ static int scenario_mismatch(kt_comm comm) {
   } else if (g_rank == 1 && bcast) {
     what = "broadcast";
     r = kt_broadcast(in, out, count, KT_FLOAT32, root, comm);
+  } else if (small) {
+    what = "reduce";
+    r = kt_reduce(in, out, count, KT_FLOAT32, KT_SUM, root, comm);
   } else {
     what = "allreduce";
     r = kt_allreduce(in, out, g_rank == 1 ? count1 : count, g_rank == 1 ? dtype1 : KT_FLOAT32,
@@ -593,9 +602,21 @@ static int scenario_mismatch(kt_comm comm) {
   char msg[1024], name[64];
   snprintf(msg, sizeof msg, "%s", kt_last_error());
   /* The root of a broadcast only sends: its call may complete before anyone
-   * looks at the data. The mismatch must then surface in its next call. */
-  bool send_only = (bcast && g_rank == root && g_rank == 1) || (p2p && g_rank == 0);
-  if (r == KT_SUCCESS && send_only) {
+   * looks at the data. The mismatch must then surface in its next call that
+   * waits for every rank. smallsendonly: the non-roots of the small reduce
+   * send only too. smallstream: what follows is small broadcasts from rank 1
+   * (no rank waits for every other), where the small-message protocol
+   * compares each op's signatures within 4 ops (docs/algorithms.md). */
+  bool send_only = (bcast && g_rank == root && g_rank == 1) || (p2p && g_rank == 0) || (small && g_rank != root);
+  if (r == KT_SUCCESS && send_only && !strcmp(kind, "smallstream")) {
+    printf("rank %d: %s completed (send-only); the mismatch must fail one of the next 4 broadcasts\n",
+           g_rank, what);
+    what = "broadcast (after the send-only call)";
+    t0 = mono_ms();
+    for (int i = 0; i < 4 && r == KT_SUCCESS; i++) r = kt_broadcast(in, out, count, KT_FLOAT32, 1, comm);
+    dt = mono_ms() - t0;
+    snprintf(msg, sizeof msg, "%s", kt_last_error());
+  } else if (r == KT_SUCCESS && send_only) {
     printf("rank %d: %s completed (send-only root); the mismatch must fail the next call\n",
            g_rank, what);
     what = "barrier (after the send-only call)";
