@@ -174,14 +174,24 @@ static int pick_idx[KT_COLL_COUNT][NPICKS]; /* -1: the collective has none of th
 /* Once per process, before the first pick: KAITIAN_ALGO and pick_idx. */
 static int64_t ll_bytes[KT_COLL_COUNT]; /* KAITIAN_SHM_LL_BYTES, per collective */
 
-/* Unset, KAITIAN_SHM_LL_BYTES is one line (32 bytes) except where a rank
- * that only sends gains more from the protocol than the extra lines cost
- * (docs/algorithms.md): reduce and gather, up to every line. */
+/* Unset, KAITIAN_SHM_LL_BYTES is one line (32 bytes) except where ranks
+ * that only send gain more from the protocol than its extra lines cost
+ * (docs/algorithms.md): reduce and gather up to every line, and broadcast
+ * and scatter too when the host's ranks outnumber its CPUs (then a region
+ * algorithm waits for every rank to be scheduled in every step). */
+static bool ll_set;
+
 static void init_ll_bytes(void) {
   int64_t v = kt__param_SHM_LL_BYTES();
+  ll_set = kt__param_set_SHM_LL_BYTES();
   for (int cl = 0; cl < KT_COLL_COUNT; cl++) ll_bytes[cl] = v;
-  if (!kt__param_set_SHM_LL_BYTES())
-    ll_bytes[KT_COLL_REDUCE] = ll_bytes[KT_COLL_GATHER] = (int64_t)kt__shm_ll_max();
+  if (!ll_set) ll_bytes[KT_COLL_REDUCE] = ll_bytes[KT_COLL_GATHER] = (int64_t)kt__shm_ll_max();
+}
+
+static int64_t ll_limit(struct kt_comm_s *c, const kt__op *op) {
+  if (!ll_set && (op->coll == KT_COLL_BROADCAST || op->coll == KT_COLL_SCATTER) && kt__shm_oversubscribed(c))
+    return (int64_t)kt__shm_ll_max();
+  return ll_bytes[op->coll];
 }
 
 static void init_tuner(void) {
@@ -195,8 +205,9 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
   double p = c->size, n = (double)op->count * (double)kt_dtype_size(op->dtype);
   double lg = ceil_log2(c->size);
   if (c->shm) { /* one host: shared memory for every collective */
-    if (ll_bytes[op->coll] > 0 && pick_idx[op->coll][PICK_SHM_LL] >= 0 && ll_fits(c, op) &&
-        (op->coll == KT_COLL_BARRIER || n <= (double)ll_bytes[op->coll]))
+    int64_t ll = ll_limit(c, op);
+    if (ll > 0 && pick_idx[op->coll][PICK_SHM_LL] >= 0 && ll_fits(c, op) &&
+        (op->coll == KT_COLL_BARRIER || n <= (double)ll))
       return PICK_SHM_LL;
     if (op->coll == KT_COLL_ALLREDUCE)
       return n <= (double)KT_MIN((size_t)kt__param_SHM_ONESHOT_BYTES(), kt__shm_region_bytes(c)) ? PICK_SHM_ONESHOT

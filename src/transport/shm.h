@@ -39,6 +39,8 @@ KT_INTERNAL void kt__shm_wake(struct kt_comm_s *c);
 
 /* ---- for algorithms ---------------------------------------------------- */
 
+/* More ranks share this host than they have CPUs (the same on every rank). */
+KT_INTERNAL bool kt__shm_oversubscribed(const struct kt_comm_s *c);
 /* Bytes of each data region. */
 KT_INTERNAL size_t kt__shm_region_bytes(const struct kt_comm_s *c);
 /* Region of local rank r: which 0 = in, 1 = out; par = iteration parity. */
