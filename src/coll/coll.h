@@ -44,6 +44,7 @@ KT_INTERNAL kt_result kt__barrier_shm_ll(kt__exec *ex);
 KT_INTERNAL kt_result kt__allreduce_shm_rsag(kt__exec *ex);
 KT_INTERNAL kt_result kt__broadcast_shm(kt__exec *ex);
 KT_INTERNAL kt_result kt__reduce_shm(kt__exec *ex);
+KT_INTERNAL kt_result kt__reduce_shm_oneshot(kt__exec *ex);
 KT_INTERNAL kt_result kt__allgatherv_shm(kt__exec *ex);     /* allgather too */
 KT_INTERNAL kt_result kt__reduce_scatter_shm(kt__exec *ex);
 KT_INTERNAL kt_result kt__gather_shm(kt__exec *ex);

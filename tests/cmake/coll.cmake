@@ -25,6 +25,7 @@ set(KT_COLL_FORCED
   "dissemination|barrier=dissemination|barrier"
   "shm_oneshot|allreduce=shm_oneshot|allreduce"
   "shm_rsag|allreduce=shm_rsag|allreduce"
+  "reduce_shm_oneshot|reduce=shm_oneshot|reduce"
   "shm|shm|broadcast,reduce,allgather,allgatherv,reduce_scatter,gather,scatter,alltoall,alltoallv,barrier")
 
 # kt_coll_test(<name> <ranks> <timeout s> <extra env> <coll_test args...>)
