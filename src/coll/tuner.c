@@ -15,7 +15,7 @@
 #include <string.h>
 
 /* Where an algorithm can run. */
-enum { ANY = 0, SHM = 1, SHM_SMALL = 2, HIER = 3, SHM_LL = 4 };
+enum { ANY = 0, SHM = 1, SHM_SMALL = 2, HIER = 3, SHM_LL = 4, SHM_CMA = 5 };
 
 typedef struct algo {
   kt__coll coll;
@@ -23,6 +23,7 @@ typedef struct algo {
   kt__algo_fn fn;
   int needs; /* ANY; SHM: every rank on this host with a segment; SHM_SMALL: and fits one region;
                SHM_LL: and each rank's payload fits the small-message lines;
+               SHM_CMA: and even blocks (alltoall: out of place);
                HIER: ranks on several hosts (c->local, c->hosts; c->cross on the first c->shards local ranks) */
 } algo;
 
@@ -37,6 +38,7 @@ static const algo algos[] = {
     {KT_COLL_BROADCAST, "binomial", kt__broadcast_binomial, ANY},
     {KT_COLL_BROADCAST, "pipeline", kt__broadcast_pipeline, ANY},
     {KT_COLL_BROADCAST, "shm_ll", kt__broadcast_shm_ll, SHM_LL},
+    {KT_COLL_BROADCAST, "shm_cma", kt__broadcast_shm_cma, SHM_CMA},
     {KT_COLL_BROADCAST, "shm", kt__broadcast_shm, SHM},
     {KT_COLL_BROADCAST, "hierarchical", kt__broadcast_hierarchical, HIER},
     {KT_COLL_REDUCE, "binomial", kt__reduce_binomial, ANY},
@@ -46,6 +48,7 @@ static const algo algos[] = {
     {KT_COLL_REDUCE, "hierarchical", kt__reduce_hierarchical, HIER},
     {KT_COLL_ALLGATHER, "ring", kt__allgatherv_ring, ANY},
     {KT_COLL_ALLGATHER, "shm_ll", kt__allgather_shm_ll, SHM_LL},
+    {KT_COLL_ALLGATHER, "shm_cma", kt__allgather_shm_cma, SHM_CMA},
     {KT_COLL_ALLGATHER, "shm", kt__allgatherv_shm, SHM},
     {KT_COLL_ALLGATHER, "hierarchical", kt__allgatherv_hierarchical, HIER},
     {KT_COLL_ALLGATHERV, "ring", kt__allgatherv_ring, ANY},
@@ -56,11 +59,14 @@ static const algo algos[] = {
     {KT_COLL_REDUCE_SCATTER, "hierarchical", kt__reduce_scatter_hierarchical, HIER},
     {KT_COLL_GATHER, "linear", kt__gather_linear, ANY},
     {KT_COLL_GATHER, "shm_ll", kt__gather_shm_ll, SHM_LL},
+    {KT_COLL_GATHER, "shm_cma", kt__gather_shm_cma, SHM_CMA},
     {KT_COLL_GATHER, "shm", kt__gather_shm, SHM},
     {KT_COLL_SCATTER, "linear", kt__scatter_linear, ANY},
     {KT_COLL_SCATTER, "shm_ll", kt__scatter_shm_ll, SHM_LL},
+    {KT_COLL_SCATTER, "shm_cma", kt__scatter_shm_cma, SHM_CMA},
     {KT_COLL_SCATTER, "shm", kt__scatter_shm, SHM},
     {KT_COLL_ALLTOALL, "pairwise", kt__alltoallv_pairwise, ANY},
+    {KT_COLL_ALLTOALL, "shm_cma", kt__alltoall_shm_cma, SHM_CMA},
     {KT_COLL_ALLTOALL, "shm", kt__alltoallv_shm, SHM},
     {KT_COLL_ALLTOALLV, "pairwise", kt__alltoallv_pairwise, ANY},
     {KT_COLL_ALLTOALLV, "shm", kt__alltoallv_shm, SHM},
@@ -148,6 +154,16 @@ static bool ll_fits(const struct kt_comm_s *c, const kt__op *op) {
   return bytes <= kt__shm_ll_max();
 }
 
+/* The single-copy algorithms: even blocks; alltoall with send and receive
+ * buffers apart (the others read a rank's send buffer while it writes). */
+static bool cma_fits(const struct kt_comm_s *c, const kt__op *op) {
+  if (op->counts) return false;
+  if (op->coll != KT_COLL_ALLTOALL) return true;
+  size_t all = op->count * kt_dtype_size(op->dtype) * (size_t)c->size;
+  uintptr_t s = (uintptr_t)op->sendbuf, r = (uintptr_t)op->recvbuf;
+  return s + all <= r || r + all <= s;
+}
+
 static bool can_run(struct kt_comm_s *c, const kt__op *op, const algo *a) {
   /* Uneven blocks of reduce_scatter and gather (internal: phases of the
    * hierarchical algorithms): shm, and the ring for reduce_scatter. */
@@ -160,16 +176,18 @@ static bool can_run(struct kt_comm_s *c, const kt__op *op, const algo *a) {
   if (a->needs == SHM_SMALL)
     return op->count * kt_dtype_size(op->dtype) <= kt__shm_region_bytes(c);
   if (a->needs == SHM_LL) return ll_fits(c, op);
+  if (a->needs == SHM_CMA) return cma_fits(c, op);
   return true;
 }
 
 /* The tuner's picks, by name; their index in algos per collective is looked
  * up once (pick_idx), not by string per op. */
 enum { PICK_NONE = -1, PICK_SHM_LL, PICK_SHM_ONESHOT, PICK_SHM_RSAG, PICK_SHM, PICK_HIER, PICK_RD, PICK_HD,
-       PICK_RING, PICK_BINOMIAL, PICK_PIPELINE, NPICKS };
+       PICK_RING, PICK_BINOMIAL, PICK_PIPELINE, PICK_SHM_CMA, NPICKS };
 static const char *const pick_names[NPICKS] = {"shm_ll",           "shm_oneshot",      "shm_rsag", "shm",
                                                "hierarchical",     "recursive_doubling", "halving_doubling",
-                                               "ring",             "binomial",         "pipeline"};
+                                               "ring",             "binomial",         "pipeline",
+                                               "shm_cma"};
 static int pick_idx[KT_COLL_COUNT][NPICKS]; /* -1: the collective has none of that name */
 
 /* Once per process, before the first pick: KAITIAN_ALGO and pick_idx. */
@@ -213,6 +231,14 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
     if (op->coll == KT_COLL_ALLREDUCE)
       return n <= (double)KT_MIN((size_t)kt__param_SHM_ONESHOT_BYTES(), kt__shm_region_bytes(c)) ? PICK_SHM_ONESHOT
                                                                                                  : PICK_SHM_RSAG;
+    /* Single copy through process_vm_readv: measured faster for alltoall
+     * and scatter (docs/algorithms.md); broadcast, gather and allgather have
+     * it too, forced only (KAITIAN_ALGO): on the 2-CPU VM they won at some
+     * sizes and lost at others. */
+    int64_t cma = kt__param_SHM_CMA_BYTES();
+    if (cma > 0 && n >= (double)cma && (op->coll == KT_COLL_ALLTOALL || op->coll == KT_COLL_SCATTER) &&
+        cma_fits(c, op))
+      return PICK_SHM_CMA;
     if (op->coll == KT_COLL_REDUCE &&
         n <= (double)KT_MIN((size_t)kt__param_SHM_REDUCE_ONESHOT_BYTES(), kt__shm_region_bytes(c)))
       return PICK_SHM_ONESHOT;

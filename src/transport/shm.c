@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -134,6 +135,7 @@ struct kt__shm {
   int ll_cmp[SHM_LL_SLOTS]; /* whose signature of that slot's op was compared: LL_CMP_* or a rank */
   uint64_t ll_partial;   /* the last small op not compared with every peer (0: none pending) */
   bool direct_off;       /* mapping a peer's buffer failed once: offer no more */
+  int cma;               /* process_vm_readv between every pair: 0 not probed yet, 1 works, -1 not */
 };
 
 /* A peer's registered buffer (a whole file) mapped into this process. */
@@ -1279,6 +1281,74 @@ kt_result kt__shm_ll_read(kt__exec *ex, int r, size_t off, void *dst, size_t byt
     size_t cap = i == 0 ? (size_t)LL_FIRST : 56, lo = KT_MAX(at, off), hi = KT_MIN(at + cap, end);
     if (lo < hi) memcpy(out + (lo - off), ll_at(s, r, k, (int)i)->data + (i == 0 ? sizeof(sig) : 0) + (lo - at), hi - lo);
     at += cap;
+  }
+  return KT_SUCCESS;
+}
+
+/* ---- single copy by the kernel: process_vm_readv ---------------------------- */
+
+#define CMA_MAGIC 0x414d43544b54424bull /* "KBTKTCMA" */
+
+/* Every rank reads one word from every peer's address space; the verdict,
+ * AND-ed over all ranks, is the same on every rank. Two iterations, once per
+ * communicator, at the first op that wants it. Refused where the kernel
+ * forbids reading another process (Yama's ptrace_scope, a seccomp filter,
+ * other pid namespaces); then the callers use the region algorithms. */
+static kt_result cma_probe(kt__exec *ex) {
+  kt__shm *s = ex->comm->shm;
+  static const uint64_t magic = CMA_MAGIC;
+  int par;
+  KT_CHECK(kt__shm_iter_begin(ex, &par));
+  kt__shm_set_aux(ex, par, (uint64_t)(uintptr_t)&magic);
+  KT_CHECK(kt__shm_wait(ex, -1, kt__shm_post(ex)));
+  int why = 0, who = -1;
+  for (int r = 0; r < s->n && !why; r++) {
+    if (r == s->me) continue;
+    uint64_t v = 0;
+    struct iovec l = {&v, sizeof v}, rem = {(void *)(uintptr_t)kt__shm_get_aux(ex, r, par), sizeof v};
+    ssize_t got = process_vm_readv(ex->comm->peer_pid[r], &l, 1, &rem, 1, 0);
+    if (got != (ssize_t)sizeof v || v != CMA_MAGIC) {
+      why = got < 0 ? errno : EIO;
+      who = r;
+    }
+  }
+  KT_CHECK(kt__shm_iter_begin(ex, &par));
+  kt__shm_set_aux(ex, par, why ? 0 : 1);
+  KT_CHECK(kt__shm_wait(ex, -1, kt__shm_post(ex)));
+  bool all = true;
+  for (int r = 0; r < s->n; r++) all = all && kt__shm_get_aux(ex, r, par) == 1;
+  s->cma = all ? 1 : -1;
+  if (why)
+    KT_INFO("rank %d: cannot read rank %d's memory (process_vm_readv: %s): large shared-memory ops copy "
+            "through the segment", kt__rank_label(ex->comm, s->me), kt__rank_label(ex->comm, who), strerror(why));
+  return KT_SUCCESS;
+}
+
+kt_result kt__shm_cma_ok(kt__exec *ex, bool *ok) {
+  kt__shm *s = ex->comm->shm;
+  if (s->cma == 0) KT_CHECK(cma_probe(ex));
+  *ok = s->cma > 0;
+  return KT_SUCCESS;
+}
+
+kt_result kt__shm_cma_read(kt__exec *ex, int r, uint64_t addr, void *dst, size_t bytes) {
+  struct kt_comm_s *c = ex->comm;
+  char *d = dst;
+  while (bytes > 0) {
+    struct iovec l = {d, bytes}, rem = {(void *)(uintptr_t)addr, bytes};
+    ssize_t got = process_vm_readv(c->peer_pid[r], &l, 1, &rem, 1, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      int e = got < 0 ? errno : EIO;
+      char who[128];
+      kt__peer_desc(c, r, who, sizeof who);
+      return kt__err(e == ESRCH ? KT_ERR_PEER_FAILED : KT_ERR_SYSTEM,
+                     "rank %d: reading %zu bytes of %s's buffer (process_vm_readv): %s",
+                     kt__rank_label(c, c->rank), bytes, who, strerror(e));
+    }
+    d += got;
+    addr += (uint64_t)got;
+    bytes -= (size_t)got;
   }
   return KT_SUCCESS;
 }

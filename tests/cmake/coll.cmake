@@ -26,6 +26,7 @@ set(KT_COLL_FORCED
   "shm_oneshot|allreduce=shm_oneshot|allreduce"
   "shm_rsag|allreduce=shm_rsag|allreduce"
   "reduce_shm_oneshot|reduce=shm_oneshot|reduce"
+  "shm_cma|broadcast=shm_cma,scatter=shm_cma,gather=shm_cma,allgather=shm_cma,alltoall=shm_cma|broadcast,scatter,gather,allgather,alltoall"
   "shm|shm|broadcast,reduce,allgather,allgatherv,reduce_scatter,gather,scatter,alltoall,alltoallv,barrier")
 
 # kt_coll_test(<name> <ranks> <timeout s> <extra env> <coll_test args...>)
