@@ -102,6 +102,16 @@ foreach(np 2 3 5 8)
     --coll allreduce,broadcast,reduce,allgather,gather,scatter,barrier --count 11)
 endforeach()
 
+# Single copy refused by the kernel on one rank (a seccomp filter makes its
+# process_vm_readv fail with EPERM): the probe's verdict sends every rank to
+# the region algorithms, results stay right, and the rank says why at INFO.
+kt_add_test_exe(no_cma ${KT_TEST_DIR}/c/no_cma.c)
+add_test(NAME coll.np3.shm_cma_refused
+  COMMAND sh -c "out=$(\"$0\" run -n 3 \"$1\" \"$2\" --coll broadcast,scatter,gather,allgather,alltoall --quick 2>&1); rc=$?; printf '%s\\n' \"$out\"; [ $rc -eq 0 ] || exit 1; printf '%s\\n' \"$out\" | grep -q 'rank 1: cannot read rank 0.s memory (process_vm_readv: Operation not permitted)' || { echo 'FAIL: no line saying why rank 1 cannot use single copy'; exit 1; }; printf '%s\\n' \"$out\" | grep -q 'runs algorithm shm_cma' || { echo 'FAIL: shm_cma did not run'; exit 1; }"
+    ${KT_CLI} $<TARGET_FILE:no_cma> $<TARGET_FILE:coll_test>)
+set_tests_properties(coll.np3.shm_cma_refused PROPERTIES TIMEOUT 300 LABELS "coll" PROCESSORS 2
+  ENVIRONMENT "KT_NO_CMA_RANK=1;KAITIAN_DEBUG=INFO;KAITIAN_TIMEOUT=60000;KAITIAN_ALGO=broadcast=shm_cma,scatter=shm_cma,gather=shm_cma,allgather=shm_cma,alltoall=shm_cma")
+
 # Halving-doubling where the forced runs above do not reach: 6 and 7 ranks
 # (two and three pairs fold in and out), and chunks of 1001 bytes with tiny
 # socket buffers, so each step's reduction is streamed in pieces that split
