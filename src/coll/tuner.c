@@ -43,7 +43,7 @@ static const algo algos[] = {
     {KT_COLL_BROADCAST, "hierarchical", kt__broadcast_hierarchical, HIER},
     {KT_COLL_REDUCE, "binomial", kt__reduce_binomial, ANY},
     {KT_COLL_REDUCE, "shm_ll", kt__reduce_shm_ll, SHM_LL},
-    {KT_COLL_REDUCE, "shm_oneshot", kt__reduce_shm_oneshot, SHM_SMALL},
+    {KT_COLL_REDUCE, "shm_oneshot", kt__reduce_shm_oneshot, SHM},
     {KT_COLL_REDUCE, "shm", kt__reduce_shm, SHM},
     {KT_COLL_REDUCE, "hierarchical", kt__reduce_hierarchical, HIER},
     {KT_COLL_ALLGATHER, "ring", kt__allgatherv_ring, ANY},
@@ -239,9 +239,7 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
     if (cma > 0 && n >= (double)cma && (op->coll == KT_COLL_ALLTOALL || op->coll == KT_COLL_SCATTER) &&
         cma_fits(c, op))
       return PICK_SHM_CMA;
-    if (op->coll == KT_COLL_REDUCE &&
-        n <= (double)KT_MIN((size_t)kt__param_SHM_REDUCE_ONESHOT_BYTES(), kt__shm_region_bytes(c)))
-      return PICK_SHM_ONESHOT;
+    if (op->coll == KT_COLL_REDUCE && n <= (double)kt__param_SHM_REDUCE_ONESHOT_BYTES()) return PICK_SHM_ONESHOT;
     return PICK_SHM;
   }
   /* Several hosts with shared memory inside each: TCP only between hosts,
