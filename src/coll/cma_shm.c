@@ -20,6 +20,16 @@
 
 static uint64_t addr_of(const void *p) { return (uint64_t)(uintptr_t)p; }
 
+/* Start the op; where single copy is refused, run the region algorithm
+ * instead (every rank alike) and set *done. */
+static kt_result begin(kt__exec *ex, kt__algo_fn region, bool *done) {
+  bool ok;
+  kt__shm_op_begin(ex);
+  KT_CHECK(kt__shm_cma_ok(ex, &ok));
+  *done = !ok;
+  return ok ? KT_SUCCESS : region(ex);
+}
+
 /* Publish this rank's buffer (NULL: none) and post; returns the post's step. */
 static kt_result publish(kt__exec *ex, const void *buf, int *par, uint64_t *step) {
   KT_CHECK(kt__shm_iter_begin(ex, par));
@@ -28,15 +38,26 @@ static kt_result publish(kt__exec *ex, const void *buf, int *par, uint64_t *step
   return KT_SUCCESS;
 }
 
+/* Block r of out (bytes each) from byte `from` of rank r's published buffer;
+ * this rank's own from own. */
+static kt_result read_blocks(kt__exec *ex, int par, uint64_t from, const char *own, size_t bytes) {
+  struct kt_comm_s *c = ex->comm;
+  char *out = ex->op->recvbuf;
+  for (int r = 0; r < c->size; r++) {
+    char *dst = out + (size_t)r * bytes;
+    if (r != c->rank) KT_CHECK(kt__shm_cma_read(ex, r, kt__shm_get_aux(ex, r, par) + from, dst, bytes));
+    else if (bytes && dst != own) memcpy(dst, own, bytes);
+  }
+  return KT_SUCCESS;
+}
+
 kt_result kt__broadcast_shm_cma(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
-  int me = c->rank, root = op->root;
+  int me = ex->comm->rank, root = op->root;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
-  bool ok;
-  kt__shm_op_begin(ex);
-  KT_CHECK(kt__shm_cma_ok(ex, &ok));
-  if (!ok) return kt__broadcast_shm(ex);
+  bool done;
+  kt_result res = begin(ex, kt__broadcast_shm, &done);
+  if (res != KT_SUCCESS || done) return res;
   int par;
   uint64_t step;
   KT_CHECK(publish(ex, me == root ? op->sendbuf : NULL, &par, &step));
@@ -52,13 +73,11 @@ kt_result kt__broadcast_shm_cma(kt__exec *ex) {
 
 kt_result kt__scatter_shm_cma(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
-  int me = c->rank, root = op->root;
+  int me = ex->comm->rank, root = op->root;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
-  bool ok;
-  kt__shm_op_begin(ex);
-  KT_CHECK(kt__shm_cma_ok(ex, &ok));
-  if (!ok) return kt__scatter_shm(ex);
+  bool done;
+  kt_result res = begin(ex, kt__scatter_shm, &done);
+  if (res != KT_SUCCESS || done) return res;
   int par;
   uint64_t step;
   KT_CHECK(publish(ex, me == root ? op->sendbuf : NULL, &par, &step));
@@ -75,72 +94,47 @@ kt_result kt__scatter_shm_cma(kt__exec *ex) {
 
 kt_result kt__gather_shm_cma(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
-  int p = c->size, me = c->rank, root = op->root;
+  int me = ex->comm->rank, root = op->root;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
-  bool ok;
-  kt__shm_op_begin(ex);
-  KT_CHECK(kt__shm_cma_ok(ex, &ok));
-  if (!ok) return kt__gather_shm(ex);
+  bool done;
+  kt_result res = begin(ex, kt__gather_shm, &done);
+  if (res != KT_SUCCESS || done) return res;
   int par;
   uint64_t step;
   KT_CHECK(publish(ex, me == root ? NULL : op->sendbuf, &par, &step));
-  if (me != root) { /* stay until the root has read this rank's block */
-    uint64_t done = kt__shm_post(ex);
-    return kt__shm_wait(ex, root, done);
-  }
+  if (me != root) /* stay until the root has read this rank's block */
+    return kt__shm_wait(ex, root, kt__shm_post(ex));
   KT_CHECK(kt__shm_wait(ex, -1, step));
-  char *out = op->recvbuf;
-  for (int r = 0; r < p; r++) {
-    char *dst = out + (size_t)r * bytes;
-    if (r != me) KT_CHECK(kt__shm_cma_read(ex, r, kt__shm_get_aux(ex, r, par), dst, bytes));
-    else if (bytes && dst != (const char *)op->sendbuf) memcpy(dst, op->sendbuf, bytes);
-  }
+  KT_CHECK(read_blocks(ex, par, 0, op->sendbuf, bytes));
   kt__shm_post(ex);
   return KT_SUCCESS;
 }
 
 kt_result kt__allgather_shm_cma(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
-  int p = c->size, me = c->rank;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
-  char *out = op->recvbuf;
-  bool ok;
-  kt__shm_op_begin(ex);
-  KT_CHECK(kt__shm_cma_ok(ex, &ok));
-  if (!ok) return kt__allgatherv_shm(ex);
+  bool done;
+  kt_result res = begin(ex, kt__allgatherv_shm, &done);
+  if (res != KT_SUCCESS || done) return res;
   int par;
   uint64_t step;
   KT_CHECK(publish(ex, op->sendbuf, &par, &step));
   KT_CHECK(kt__shm_wait(ex, -1, step));
-  for (int r = 0; r < p; r++) {
-    char *dst = out + (size_t)r * bytes;
-    if (r != me) KT_CHECK(kt__shm_cma_read(ex, r, kt__shm_get_aux(ex, r, par), dst, bytes));
-    else if (bytes && dst != (const char *)op->sendbuf) memcpy(dst, op->sendbuf, bytes);
-  }
+  KT_CHECK(read_blocks(ex, par, 0, op->sendbuf, bytes));
   return kt__shm_wait(ex, -1, kt__shm_post(ex)); /* nobody still reads this rank's block */
 }
 
 kt_result kt__alltoall_shm_cma(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
-  int p = c->size, me = c->rank;
+  int me = ex->comm->rank;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
-  char *out = op->recvbuf;
-  bool ok;
-  kt__shm_op_begin(ex);
-  KT_CHECK(kt__shm_cma_ok(ex, &ok));
-  if (!ok) return kt__alltoallv_shm(ex);
+  bool done;
+  kt_result res = begin(ex, kt__alltoallv_shm, &done);
+  if (res != KT_SUCCESS || done) return res;
   int par;
   uint64_t step;
   KT_CHECK(publish(ex, op->sendbuf, &par, &step));
   KT_CHECK(kt__shm_wait(ex, -1, step));
-  for (int r = 0; r < p; r++) {
-    char *dst = out + (size_t)r * bytes;
-    if (r != me)
-      KT_CHECK(kt__shm_cma_read(ex, r, kt__shm_get_aux(ex, r, par) + (uint64_t)me * bytes, dst, bytes));
-    else if (bytes) memcpy(dst, (const char *)op->sendbuf + (size_t)me * bytes, bytes);
-  }
+  KT_CHECK(read_blocks(ex, par, (uint64_t)me * bytes, (const char *)op->sendbuf + (size_t)me * bytes, bytes));
   return kt__shm_wait(ex, -1, kt__shm_post(ex));
 }

@@ -66,16 +66,20 @@ kt_result kt__broadcast_shm_ll(kt__exec *ex) {
   return KT_SUCCESS;
 }
 
+/* Every rank's block (bytes each, this rank's too: all posted theirs) into
+ * out, in rank order. */
+static kt_result read_blocks(kt__exec *ex, char *out, size_t bytes) {
+  for (int r = 0; r < ex->comm->size && bytes; r++) KT_CHECK(kt__shm_ll_read(ex, r, 0, out + (size_t)r * bytes, bytes));
+  return KT_SUCCESS;
+}
+
 kt_result kt__allgather_shm_ll(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
-  char *out = op->recvbuf;
   kt__shm_op_begin(ex);
   KT_CHECK(kt__shm_ll_post(ex, op->sendbuf, bytes));
   KT_CHECK(kt__shm_ll_wait(ex, -1));
-  for (int r = 0; r < c->size && bytes; r++) KT_CHECK(kt__shm_ll_read(ex, r, 0, out + (size_t)r * bytes, bytes));
-  return KT_SUCCESS;
+  return read_blocks(ex, op->recvbuf, bytes);
 }
 
 /* Even blocks only (the tuner leaves the hierarchy's uneven ones to shm). */
@@ -84,17 +88,10 @@ kt_result kt__gather_shm_ll(kt__exec *ex) {
   struct kt_comm_s *c = ex->comm;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   bool is_root = c->rank == op->root;
-  char *out = op->recvbuf;
   kt__shm_op_begin(ex);
-  KT_CHECK(kt__shm_ll_post(ex, is_root ? NULL : op->sendbuf, is_root ? 0 : bytes));
+  KT_CHECK(kt__shm_ll_post(ex, op->sendbuf, bytes));
   KT_CHECK(kt__shm_ll_wait(ex, is_root ? -1 : c->rank));
-  if (!is_root || !bytes) return KT_SUCCESS;
-  for (int r = 0; r < c->size; r++) {
-    char *dst = out + (size_t)r * bytes;
-    if (r != c->rank) KT_CHECK(kt__shm_ll_read(ex, r, 0, dst, bytes));
-    else if (dst != (const char *)op->sendbuf) memcpy(dst, op->sendbuf, bytes);
-  }
-  return KT_SUCCESS;
+  return is_root ? read_blocks(ex, op->recvbuf, bytes) : KT_SUCCESS;
 }
 
 kt_result kt__scatter_shm_ll(kt__exec *ex) {

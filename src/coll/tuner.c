@@ -199,6 +199,7 @@ static int64_t ll_bytes[KT_COLL_COUNT]; /* KAITIAN_SHM_LL_BYTES, per collective 
  * and scatter too when the host's ranks outnumber its CPUs (then a region
  * algorithm waits for every rank to be scheduled in every step). */
 static bool ll_set;
+static int64_t cma_bytes, reduce_oneshot_bytes; /* KAITIAN_SHM_CMA_BYTES, KAITIAN_SHM_REDUCE_ONESHOT_BYTES */
 
 static void init_ll_bytes(void) {
   int64_t v = kt__param_SHM_LL_BYTES();
@@ -216,6 +217,8 @@ static int64_t ll_limit(struct kt_comm_s *c, const kt__op *op) {
 static void init_tuner(void) {
   parse_forced();
   init_ll_bytes();
+  cma_bytes = kt__param_SHM_CMA_BYTES();
+  reduce_oneshot_bytes = kt__param_SHM_REDUCE_ONESHOT_BYTES();
   for (int cl = 0; cl < KT_COLL_COUNT; cl++)
     for (int k = 0; k < NPICKS; k++) pick_idx[cl][k] = find_algo((kt__coll)cl, pick_names[k]);
 }
@@ -235,11 +238,10 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
      * and scatter (docs/algorithms.md); broadcast, gather and allgather have
      * it too, forced only (KAITIAN_ALGO): on the 2-CPU VM they won at some
      * sizes and lost at others. */
-    int64_t cma = kt__param_SHM_CMA_BYTES();
-    if (cma > 0 && n >= (double)cma && (op->coll == KT_COLL_ALLTOALL || op->coll == KT_COLL_SCATTER) &&
+    if (cma_bytes > 0 && n >= (double)cma_bytes && (op->coll == KT_COLL_ALLTOALL || op->coll == KT_COLL_SCATTER) &&
         cma_fits(c, op))
       return PICK_SHM_CMA;
-    if (op->coll == KT_COLL_REDUCE && n <= (double)kt__param_SHM_REDUCE_ONESHOT_BYTES()) return PICK_SHM_ONESHOT;
+    if (op->coll == KT_COLL_REDUCE && n <= (double)reduce_oneshot_bytes) return PICK_SHM_ONESHOT;
     return PICK_SHM;
   }
   /* Several hosts with shared memory inside each: TCP only between hosts,

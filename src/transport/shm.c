@@ -133,7 +133,6 @@ struct kt__shm {
   uint64_t map_clock;    /* for least-recently-used eviction */
   uint64_t ll_seq;       /* small-message ops so far (the flag of my lines) */
   int ll_cmp[SHM_LL_SLOTS]; /* whose signature of that slot's op was compared: LL_CMP_* or a rank */
-  uint64_t ll_partial;   /* the last small op not compared with every peer (0: none pending) */
   bool direct_off;       /* mapping a peer's buffer failed once: offer no more */
   int cma;               /* process_vm_readv between every pair: 0 not probed yet, 1 works, -1 not */
 };
@@ -1217,7 +1216,6 @@ kt_result kt__shm_ll_post(kt__exec *ex, const void *payload, size_t bytes) {
                    LL_MAX_BYTES);
   uint64_t seq = s->ll_seq + 1;
   KT_CHECK(ll_settle(ex, seq));
-  if (seq > 1 && s->ll_cmp[ll_slot(seq - 1)] != LL_CMP_ALL) s->ll_partial = seq - 1;
   s->ll_seq = seq;
   int k = ll_slot(seq);
   s->ll_cmp[k] = LL_CMP_NONE;
@@ -1259,10 +1257,7 @@ kt_result kt__shm_ll_wait(kt__exec *ex, int r) {
     for (int i = r >= 0 ? r : 0; i < (r >= 0 ? r + 1 : s->n); i++)
       if (i != s->me) KT_CHECK(ll_compare_to(ex, i, s->ll_seq, &s->cur));
     s->ll_cmp[ll_slot(s->ll_seq)] = r >= 0 ? r : LL_CMP_ALL;
-    if (r < 0 && s->ll_partial && s->ll_partial + SHM_LL_AHEAD > s->ll_seq) {
-      KT_CHECK(ll_settle_all(ex, s->ll_seq));
-      s->ll_partial = 0;
-    }
+    if (r < 0) KT_CHECK(ll_settle_all(ex, s->ll_seq));
   }
   return check_failures(ex, -1, UINT64_MAX, false);
 }
