@@ -73,10 +73,48 @@ def _torch_env(job):
     return {k: str(v) for k, v in env.items()}
 
 
-def _free_port():
+def _port_bindable(port):
+    """Whether PORT binds as torch's store binds it: every address, with
+    SO_REUSEADDR (a port held on any one address fails here too)."""
     import socket
+    for fam, addr in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            s = socket.socket(fam, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        with s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if fam == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            try:
+                s.bind((addr, port))
+                return True
+            except OSError:
+                return False
+    return False
+
+
+def _free_port():
+    """A port for torch's store, which rank 0 binds later: free now and below
+    the kernel's ephemeral range, so that no outgoing connection is handed it
+    in between (as `kaitian run` picks it). Any port the kernel hands out
+    where 200 random tries find none."""
+    import random
+    import socket
+    lo = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = random.SystemRandom()
+    if lo > 10100:
+        for _ in range(200):
+            p = rng.randrange(10000, lo)
+            if _port_bindable(p):
+                return p
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("0.0.0.0", 0))
         return s.getsockname()[1]
 
 

@@ -21,7 +21,6 @@ run` or torchrun (RANK set) it uses the ranks it was started as.
 """
 import argparse
 import os
-import socket
 import statistics
 import sys
 import time
@@ -228,6 +227,7 @@ def fork_ranks(n, target, *extra):
     free; returns their exit codes."""
     import torch.multiprocessing as mp
     ctx = mp.get_context("fork")
+    from ._launch import _free_port
     port = _free_port()
     blocks = _cpu_blocks(n) or [None] * n
     procs = [ctx.Process(target=target, args=(r, n, port, blocks[r]) + extra) for r in range(n)]
@@ -299,12 +299,6 @@ def _run(args):
                 print(f"  communication per step, gradient_as_bucket_view={view}: gloo / kaitian = {ratio}")
     dist.barrier()
     dist.destroy_process_group()
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 _OTHER = {"--hetero": "_bench_hetero", "--optim": "_bench_optim", "--zero": "_bench_zero",

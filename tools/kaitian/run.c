@@ -348,12 +348,61 @@ static void job_id_from_secret(const char *secret, char out[17]) {
   snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
 
-/* A TCP port free right now on 127.0.0.1, for torch's own store. */
+/* Whether PORT can be bound as torch's store binds it: every address ([::]
+ * dual-stack, else 0.0.0.0) with SO_REUSEADDR. A port held on any one
+ * address (an outgoing connection from the host's own address, say) fails
+ * here as it would fail there. */
+static int port_bindable(int port) {
+  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1, zero = 0, ok;
+  if (fd >= 0) {
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port),
+                              .sin6_addr = IN6ADDR_ANY_INIT};
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    ok = bind(fd, (struct sockaddr *)&a6, sizeof a6) == 0;
+  } else {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+  }
+  close(fd);
+  return ok;
+}
+
+/* A TCP port for torch's own store, which rank 0 binds only later: free now
+ * and below the kernel's ephemeral range (ip_local_port_range), so no
+ * outgoing connection of this host can be handed it in between (one picked
+ * by bind(0) came from that range, and a CI run lost it to one). Random in
+ * 10000..low-1, the first of 200 tries that binds; failing that, any port
+ * the kernel hands out. */
 static kt_result free_port(int *port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int lo = 32768, hi = 60999;
+  FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+  if (f) {
+    if (fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768;
+    fclose(f);
+  }
+  unsigned short rnd[200];
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  int have = fd >= 0 && kt__read_full(fd, rnd, sizeof rnd) == 0;
+  if (fd >= 0) close(fd);
+  if (have && lo > 10000 + 100) {
+    for (size_t i = 0; i < sizeof rnd / sizeof *rnd; i++) {
+      int p = 10000 + rnd[i] % (lo - 10000);
+      if (port_bindable(p)) {
+        *port = p;
+        return KT_SUCCESS;
+      }
+    }
+  }
+  fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return kt__err(KT_ERR_SYSTEM, "socket: %s", strerror(errno));
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
   socklen_t len = sizeof a;
   if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
       getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
