@@ -203,6 +203,20 @@ def bench_ddp(groups, steps, views, batch):
     return out
 
 
+def _memcpy_time(numel, reps=30):
+    """One copy of numel float32 between two buffers of this rank, every rank
+    at once: the slowest rank's median, seconds."""
+    src, dst = torch.ones(numel), torch.empty(numel)
+    dst.copy_(src)
+    ts = []
+    for _ in range(reps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(_slowest(ts))
+
+
 def _slowest(values, group=None):
     """Per index, the largest of the ranks' values."""
     t = torch.tensor(values, dtype=torch.float64)
@@ -293,10 +307,17 @@ def _run(args):
             moved = len(dist.distributed_c10d._get_default_group()._sharer.registered)
             print(f"  (kaitian: {moved} gradient bucket(s) moved into shared memory and registered, so their "
                   f"all_reduce runs single-copy; KAITIAN_SHARE_BUCKETS=0 turns that off)")
+        mc = _memcpy_time(sum(p.numel() for p in _Model().parameters()))
+        if rank == 0:
+            print(f"  one memcpy of the gradients, every rank at once: {mc * 1e3:.2f} ms (slowest rank, "
+                  "median of 30)")
             for view in views:
-                kc, gc = results["kaitian", view][2], results["gloo", view][2]
+                kc, gc, nc = (results[be, view][2] for be in ("kaitian", "gloo", "none"))
                 ratio = f"{gc / kc:.1f}x" if kc > 0 else "n/a (kaitian's exposed communication rounds to 0)"
-                print(f"  communication per step, gradient_as_bucket_view={view}: gloo / kaitian = {ratio}")
+                bound = f"{gc / nc:.1f}x" if nc > 0 else "unbounded"
+                print(f"  communication per step, gradient_as_bucket_view={view}: gloo / kaitian = {ratio} "
+                      f"(gloo / none = {bound}: the most any backend can reach); kaitian - none = "
+                      f"{(kc - nc) * 1e3:.2f} ms = {(kc - nc) / mc:.2f} memcpy of the gradients")
     dist.barrier()
     dist.destroy_process_group()
 

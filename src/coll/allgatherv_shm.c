@@ -19,7 +19,12 @@ kt_result kt__allgatherv_shm(kt__exec *ex) {
   char *out = op->recvbuf;
   kt__shm_op_begin(ex);
   size_t maxlen = 0;
-  for (int r = 0; r < p; r++) maxlen = KT_MAX(maxlen, (v ? op->counts[r] : op->count) * es);
+  size_t total = 0;
+  for (int r = 0; r < p; r++) {
+    maxlen = KT_MAX(maxlen, (v ? op->counts[r] : op->count) * es);
+    total += (v ? op->counts[r] : op->count) * es;
+  }
+  bool stream = kt__stream_output(total * (size_t)p);
 #define BLOCK(r) (out + (v ? op->displs[r] : (size_t)(r) * op->count) * es)
 #define LEN(r) ((v ? op->counts[r] : op->count) * es)
   if (LEN(me) > 0 && op->sendbuf != BLOCK(me)) memcpy(BLOCK(me), op->sendbuf, LEN(me));
@@ -30,8 +35,10 @@ kt_result kt__allgatherv_shm(kt__exec *ex) {
     uint64_t step = kt__shm_post(ex);
     KT_CHECK(kt__shm_wait(ex, -1, step));
     for (int r = 0; r < p; r++)
-      if (r != me && off < LEN(r)) memcpy(BLOCK(r) + off, kt__shm_region(c, r, 0, par), KT_MIN(chunk, LEN(r) - off));
+      if (r != me && off < LEN(r))
+        kt__copy_out(stream, BLOCK(r) + off, kt__shm_region(c, r, 0, par), KT_MIN(chunk, LEN(r) - off));
   }
+  if (stream) kt__stream_fence();
 #undef BLOCK
 #undef LEN
   return KT_SUCCESS;

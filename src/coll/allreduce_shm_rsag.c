@@ -55,6 +55,7 @@ kt_result kt__allreduce_shm_rsag(kt__exec *ex) {
   if (n == 0) return KT_SUCCESS;
   kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
   bool offered = false;
+  bool stream = kt__stream_output(n * es * (size_t)p);
   /* Elements per chunk, a multiple of p shares of whole cache lines where
    * possible. */
   size_t chunk = kt__shm_region_bytes(c) / es;
@@ -79,14 +80,19 @@ kt_result kt__allreduce_shm_rsag(kt__exec *ex) {
     size_t lo = KT_MIN((size_t)me * share, len), hi = KT_MIN(lo + share, len), cnt = hi - lo;
     char *res = kt__shm_region(c, me, 1, par) + lo * es;
     /* My share into my output too: it needs no copy-out from shm. */
-    kt__shm_reduce_share(ex, reduce, par, lo, cnt, in + (base + lo) * es, out + (base + lo) * es, res);
+    kt__shm_reduce_share(ex, reduce, par, lo, cnt, in + (base + lo) * es, out + (base + lo) * es, stream, res);
     step = kt__shm_post(ex);
     KT_CHECK(kt__shm_wait(ex, -1, step));
     for (int r = 0; r < p; r++) {
       size_t rlo = KT_MIN((size_t)r * share, len), rhi = KT_MIN(rlo + share, len);
-      if (r != me && rhi > rlo)
-        memcpy(out + (base + rlo) * es, kt__shm_region(c, r, 1, par) + rlo * es, (rhi - rlo) * es);
+      if (r != me && rhi > rlo) {
+        char *to = out + (base + rlo) * es;
+        const char *from = kt__shm_region(c, r, 1, par) + rlo * es;
+        if (stream) kt__copy_stream(to, from, (rhi - rlo) * es);
+        else memcpy(to, from, (rhi - rlo) * es);
+      }
     }
   }
+  if (stream) kt__stream_fence();
   return KT_SUCCESS;
 }

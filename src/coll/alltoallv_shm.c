@@ -46,6 +46,9 @@ kt_result kt__alltoallv_shm(kt__exec *ex) {
     sb = copy;
   }
   if (RLEN(me) > 0) memmove(rb + ROFF(me), sb + SOFF(me), RLEN(me));
+  size_t mine_out = 0; /* this rank's results; about a p-th of the op's */
+  for (int s = 0; s < p; s++) mine_out += RLEN(s);
+  bool stream = kt__stream_output(mine_out * (size_t)p);
   size_t win = kt__shm_region_bytes(c) / (size_t)p / 64 * 64;
   if (win == 0) win = kt__shm_region_bytes(c) / (size_t)p;
   for (size_t off = 0; off < maxlen; off += win) {
@@ -57,8 +60,10 @@ kt_result kt__alltoallv_shm(kt__exec *ex) {
     KT_CHECK(kt__shm_wait(ex, -1, step));
     for (int s = 0; s < p; s++)
       if (s != me && off < RLEN(s))
-        memcpy(rb + ROFF(s) + off, kt__shm_region(c, s, 0, par) + (size_t)me * win, KT_MIN(win, RLEN(s) - off));
+        kt__copy_out(stream, rb + ROFF(s) + off, kt__shm_region(c, s, 0, par) + (size_t)me * win,
+                     KT_MIN(win, RLEN(s) - off));
   }
+  if (stream) kt__stream_fence();
 #undef SLEN
 #undef SOFF
 #undef RLEN

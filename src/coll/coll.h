@@ -8,6 +8,7 @@
 
 #include "comm.h"
 #include "reduce/reduce.h"
+#include <string.h>
 #include "transport/transport.h"
 
 typedef kt_result (*kt__algo_fn)(kt__exec *ex);
@@ -131,14 +132,28 @@ static inline int kt__mod(int a, int p) { return ((a % p) + p) % p; }
  * against 37 GB/s for rep movsb. */
 #define KT_SHM_BLOCK 8192
 
+/* Whether an op that writes this many bytes of results, all ranks' together,
+ * writes them with non-temporal stores (kt__copy_stream, then
+ * kt__stream_fence before the op completes): KAITIAN_SHM_STREAM_BYTES. */
+static inline bool kt__stream_output(size_t total_bytes) {
+  size_t sb = kt__stream_min_bytes();
+  return sb > 0 && total_bytes >= sb;
+}
+/* memcpy, or kt__copy_stream when stream. */
+static inline void kt__copy_out(bool stream, void *dst, const void *src, size_t n) {
+  if (stream) kt__copy_stream(dst, src, n);
+  else memcpy(dst, src, n);
+}
+
 /* The reduce-scatter step of the shm reductions (reduce_shm.c): reduce
  * elements [lo, lo + cnt) of the current chunk across all ranks, in rank
  * order, rank r's part read from its region 0 of parity par and this rank's
  * from own, a block of KT_SHM_BLOCK bytes at a time on the stack. Each block
- * is finalized, copied to out (when not NULL) and put into res with
- * kt__copy_shared. own may equal out (in place). */
+ * is finalized, copied to out (when not NULL; with non-temporal stores when
+ * stream, the caller fences) and put into res with kt__copy_shared. own may
+ * equal out (in place). */
 KT_INTERNAL void kt__shm_reduce_share(kt__exec *ex, kt__reduce_fn reduce, int par, size_t lo, size_t cnt,
-                                      const char *own, char *out, char *res);
+                                      const char *own, char *out, bool stream, char *res);
 
 /* Single-copy allreduce (allreduce_shm_direct.c), for the shm allreduce
  * algorithms. Between its first kt__shm_iter_begin and its first post an

@@ -21,7 +21,9 @@ kt_result kt__gather_shm(kt__exec *ex) {
 #define BLOCK(r) (rb + (op->counts ? op->displs[r] : (size_t)(r) * op->count) * es)
   kt__shm_op_begin(ex);
   size_t most = 0;
-  for (int r = 0; r < p; r++) most = KT_MAX(most, LEN(r));
+  size_t total = 0;
+  for (int r = 0; r < p; r++) most = KT_MAX(most, LEN(r)), total += LEN(r);
+  bool stream = me == root && kt__stream_output(total); /* the root writes every block */
   if (me == root && LEN(me) > 0 && op->sendbuf != BLOCK(me)) memcpy(BLOCK(me), op->sendbuf, LEN(me));
   for (size_t off = 0; off < most; off += chunk) {
     int par;
@@ -33,9 +35,10 @@ kt_result kt__gather_shm(kt__exec *ex) {
       KT_CHECK(kt__shm_wait(ex, -1, step));
       for (int r = 0; r < p; r++)
         if (r != root && off < LEN(r))
-          memcpy(BLOCK(r) + off, kt__shm_region(c, r, 0, par), KT_MIN(chunk, LEN(r) - off));
+          kt__copy_out(stream, BLOCK(r) + off, kt__shm_region(c, r, 0, par), KT_MIN(chunk, LEN(r) - off));
     }
   }
+  if (stream) kt__stream_fence();
 #undef LEN
 #undef BLOCK
   return KT_SUCCESS;

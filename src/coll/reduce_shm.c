@@ -11,7 +11,7 @@
 #include <string.h>
 
 void kt__shm_reduce_share(kt__exec *ex, kt__reduce_fn reduce, int par, size_t lo, size_t cnt,
-                          const char *own, char *out, char *res) {
+                          const char *own, char *out, bool stream, char *res) {
   const kt__op *op = ex->op;
   struct kt_comm_s *c = ex->comm;
   int p = c->size, me = c->rank;
@@ -24,7 +24,8 @@ void kt__shm_reduce_share(kt__exec *ex, kt__reduce_fn reduce, int par, size_t lo
            bn);
     for (int r = 2; r < p; r++) reduce(blk, blk, r == me ? mine : kt__shm_region(c, r, 0, par) + at, bn);
     kt__op_finalize(op, blk, bn, p);
-    if (out) memcpy(out + b0 * es, blk, bn * es);
+    if (out && stream) kt__copy_stream(out + b0 * es, blk, bn * es);
+    else if (out) memcpy(out + b0 * es, blk, bn * es);
     kt__copy_shared(res + b0 * es, blk, bn * es);
   }
 }
@@ -40,6 +41,7 @@ kt_result kt__reduce_shm(kt__exec *ex) {
   kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
   size_t share_max = kt__shm_region_bytes(c) / es / (size_t)p;
   if (share_max == 0) share_max = 1;
+  bool stream = me == op->root && kt__stream_output(n * es); /* only the root writes results */
   for (size_t base = 0; base < n; base += share_max * (size_t)p) {
     size_t len = KT_MIN(share_max * (size_t)p, n - base);
     size_t share = (len + (size_t)p - 1) / (size_t)p;
@@ -53,17 +55,21 @@ kt_result kt__reduce_shm(kt__exec *ex) {
     uint64_t step = kt__shm_post(ex);
     KT_CHECK(kt__shm_wait(ex, -1, step));
     size_t lo = KT_MIN((size_t)me * share, len), hi = KT_MIN(lo + share, len);
-    kt__shm_reduce_share(ex, reduce, par, lo, hi - lo, in + (base + lo) * es, NULL,
+    kt__shm_reduce_share(ex, reduce, par, lo, hi - lo, in + (base + lo) * es, NULL, false,
                          kt__shm_region(c, me, 1, par) + lo * es);
     step = kt__shm_post(ex);
     if (me == op->root) {
       KT_CHECK(kt__shm_wait(ex, -1, step));
       for (int r = 0; r < p; r++) {
         size_t rlo = KT_MIN((size_t)r * share, len), rhi = KT_MIN(rlo + share, len);
-        if (rhi > rlo)
-          memcpy((char *)op->recvbuf + (base + rlo) * es, kt__shm_region(c, r, 1, par) + rlo * es, (rhi - rlo) * es);
+        if (rhi <= rlo) continue;
+        char *to = (char *)op->recvbuf + (base + rlo) * es;
+        const char *from = kt__shm_region(c, r, 1, par) + rlo * es;
+        if (stream) kt__copy_stream(to, from, (rhi - rlo) * es);
+        else memcpy(to, from, (rhi - rlo) * es);
       }
     }
   }
+  if (stream) kt__stream_fence();
   return KT_SUCCESS;
 }

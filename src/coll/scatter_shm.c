@@ -16,6 +16,7 @@ kt_result kt__scatter_shm(kt__exec *ex) {
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   size_t win = kt__shm_region_bytes(c) / (size_t)p / 64 * 64;
   const char *sb = op->sendbuf;
+  bool stream = me != root && kt__stream_output(bytes * (size_t)p);
   kt__shm_op_begin(ex);
   if (me == root && bytes && op->recvbuf != sb + (size_t)me * bytes)
     memcpy(op->recvbuf, sb + (size_t)me * bytes, bytes);
@@ -30,8 +31,9 @@ kt_result kt__scatter_shm(kt__exec *ex) {
     uint64_t step = kt__shm_post(ex);
     if (me != root) {
       KT_CHECK(kt__shm_wait(ex, root, step));
-      memcpy((char *)op->recvbuf + off, kt__shm_region(c, root, 0, par) + (size_t)me * win, len);
+      kt__copy_out(stream, (char *)op->recvbuf + off, kt__shm_region(c, root, 0, par) + (size_t)me * win, len);
     }
   }
+  if (stream) kt__stream_fence();
   return KT_SUCCESS;
 }

@@ -106,6 +106,14 @@ KT_INTERNAL int64_t kt__now_ns(void);
  * with ERMS, rep movsb, whose full-line stores need no read for ownership;
  * vector stores to lines a peer's cache holds can run 5x slower. */
 KT_INTERNAL void kt__copy_shared(void *dst, const void *src, size_t n);
+/* Copy with non-temporal stores (x86-64; memcpy elsewhere): the lines written
+ * bypass the cache and are not read first. For outputs far larger than the
+ * cache that nobody reads soon. kt__stream_fence() before telling anyone the
+ * data is there. */
+KT_INTERNAL void kt__copy_stream(void *dst, const void *src, size_t n);
+KT_INTERNAL void kt__stream_fence(void);
+/* KAITIAN_SHM_STREAM_BYTES resolved (-1: 3/4 of the last-level cache); 0: never. */
+KT_INTERNAL size_t kt__stream_min_bytes(void);
 static inline int64_t kt__now_ms(void) { return kt__now_ns() / 1000000; }
 
 /* FNV-1a 64: fold len bytes into h (start from KT_FNV1A_BASIS). For names

@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #include <cpuid.h>
@@ -35,6 +38,54 @@ void kt__copy_shared(void *dst, const void *src, size_t n) {
   }
 #endif
   memcpy(dst, src, n);
+}
+
+void kt__copy_stream(void *dst, const void *src, size_t n) {
+#if defined(__x86_64__) && defined(__SSE2__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  char *d = dst;
+  const char *s = src;
+  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+  if (n >= head + 64) {
+    memcpy(d, s, head);
+    d += head, s += head, n -= head;
+    for (; n >= 64; d += 64, s += 64, n -= 64) {
+      __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
+      __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
+      _mm_stream_si128((__m128i *)d, a);
+      _mm_stream_si128((__m128i *)(d + 16), b);
+      _mm_stream_si128((__m128i *)(d + 32), c);
+      _mm_stream_si128((__m128i *)(d + 48), e);
+    }
+  }
+  memcpy(d, s, n);
+#else
+  memcpy(dst, src, n);
+#endif
+}
+
+void kt__stream_fence(void) {
+#if defined(__x86_64__) && defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+static _Atomic int64_t stream_min = -2; /* -2: not resolved yet */
+
+size_t kt__stream_min_bytes(void) {
+  int64_t v = atomic_load_explicit(&stream_min, memory_order_relaxed);
+  if (v == -2) {
+    v = kt__param_SHM_STREAM_BYTES();
+    if (v < 0) {
+      long llc = -1;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+      llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+      if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+      v = llc > 0 ? (int64_t)llc / 4 * 3 : (int64_t)8 << 20;
+    }
+    atomic_store_explicit(&stream_min, v, memory_order_relaxed);
+  }
+  return (size_t)v;
 }
 
 int64_t kt__now_ns(void) {

@@ -76,6 +76,10 @@ kt_bench_pass(bench.check_half_max_inplace.np2 2 "allreduce reduce reduce_scatte
   -I -d half -o max -r 1 -C allreduce,reduce,reduce_scatter -b 2 -e 32K -f 4)
 kt_bench_pass(bench.check_bool_prod.np3 3 "allreduce reduce_scatter" -d bool -o prod -C allreduce,reduce_scatter -b 1 -e 4K -f 4)
 kt_bench_pass(bench.check_int64_bxor.np2 2 "allreduce reduce" -d int64 -o bxor -C allreduce,reduce -r 1 -b 8 -e 64K -f 4)
+# The memory reference (-C memcpy, not part of all) is checked like a
+# collective: each rank's output is its own input. Beside allreduce in
+# registered buffers (-M), as bench/membound runs them.
+kt_bench_pass(bench.check_memcpy_registered.np3 3 "memcpy allreduce" -M -C memcpy,allreduce -b 1 -e 1M -f 16)
 kt_bench_pass(bench.check_uint8_sum.np5 5 "allreduce alltoall sendrecv" -d uint8 -o sum -C allreduce,alltoall,sendrecv -b 1 -e 4K -f 4)
 
 # algbw = size / time and busbw = algbw x nccl-tests' factor, checked from the

@@ -102,6 +102,17 @@ foreach(np 2 3 5 8)
     --coll allreduce,broadcast,reduce,allgather,gather,scatter,barrier --count 11)
 endforeach()
 
+# Results written with non-temporal stores (KAITIAN_SHM_STREAM_BYTES=1: every
+# size, so odd lengths and addresses reach the copy's unaligned head and
+# tail): the region algorithms that stream their copy-out, and the
+# single-copy allreduce in registered buffers.
+foreach(np 2 3 5)
+  kt_coll_test(coll.np${np}.shm_stream ${np} 300 "KAITIAN_ALGO=shm,allreduce=shm_rsag;KAITIAN_SHM_STREAM_BYTES=1;KAITIAN_SHM_CMA_BYTES=0"
+    --coll allreduce,broadcast,reduce,allgather,allgatherv,gather,scatter,alltoall,alltoallv --quick)
+  kt_coll_test(coll.np${np}.shm_direct_stream ${np} 300 "KAITIAN_SHM_DIRECT_BYTES=1;KAITIAN_SHM_STREAM_BYTES=1"
+    --coll allreduce,mixed --registered all --quick)
+endforeach()
+
 # Single copy refused by the kernel on one rank (a seccomp filter makes its
 # process_vm_readv fail with EPERM): the probe's verdict sends every rank to
 # the region algorithms, results stay right, and the rank says why at INFO.

@@ -16,8 +16,11 @@
 
 enum coll_id {
   C_ALLREDUCE, C_BROADCAST, C_REDUCE, C_ALLGATHER, C_REDUCE_SCATTER,
-  C_ALLTOALL, C_GATHER, C_SCATTER, C_SENDRECV, C_BARRIER, C_NUM
+  C_ALLTOALL, C_GATHER, C_SCATTER, C_SENDRECV, C_BARRIER, C_MEMCPY, C_NUM
 };
+/* What -C all (and no -C) runs: every collective; memcpy is the memory
+ * reference, named on its own. */
+#define C_ALL_MASK ((1u << C_MEMCPY) - 1)
 
 /* Bus-bandwidth factor, as nccl-tests defines it (doc in docs/bench.md). */
 enum bus_kind { BUS_ONE, BUS_RING, BUS_ALLREDUCE, BUS_NONE };
@@ -42,6 +45,7 @@ static const coll_info colls[C_NUM] = {
     [C_SCATTER] = {"scatter", false, true, true, BUS_RING, "(n-1)/n"},
     [C_SENDRECV] = {"sendrecv", false, false, false, BUS_ONE, "1"},
     [C_BARRIER] = {"barrier", false, false, false, BUS_NONE, "-"},
+    [C_MEMCPY] = {"memcpy", false, false, false, BUS_ONE, "1"},
 };
 
 static double bus_factor(enum bus_kind k, int n) {
@@ -110,7 +114,9 @@ static void print_help(FILE *f) {
       "                          value prints the first ones and exits non-zero.\n"
       "  -C, --coll LIST         comma-separated collectives (default all): allreduce\n"
       "                          broadcast reduce allgather reduce_scatter alltoall\n"
-      "                          gather scatter sendrecv barrier\n"
+      "                          gather scatter sendrecv barrier; also memcpy (not\n"
+      "                          in all): every rank copies size bytes between its\n"
+      "                          own buffers at once, the memory bound to compare with\n"
       "  -I, --inplace           in-place operation (send buffer inside the receive\n"
       "                          buffer, as NCCL defines it; sendrecv stays out of place)\n"
       "  -M, --registered        buffers from kt_mem_alloc (registered: an allreduce on\n"
@@ -193,11 +199,11 @@ static bool parse_colls(const char *s, unsigned *out) {
   strcpy(buf, s);
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     int c;
-    if (strcmp(tok, "all") == 0) { mask |= (1u << C_NUM) - 1; continue; }
+    if (strcmp(tok, "all") == 0) { mask |= C_ALL_MASK; continue; }
     for (c = 0; c < C_NUM && strcmp(tok, colls[c].name) != 0; c++) {}
     if (c == C_NUM) {
       fprintf(stderr, "kaitian bench: unknown collective '%s' in -C (allreduce broadcast reduce "
-              "allgather reduce_scatter alltoall gather scatter sendrecv barrier all)\n", tok);
+              "allgather reduce_scatter alltoall gather scatter sendrecv barrier memcpy all)\n", tok);
       return false;
     }
     mask |= 1u << c;
@@ -336,7 +342,7 @@ static layout make_layout(const bench *b, int c, size_t count) {
     case C_ALLTOALL: L.in_count = L.out_count = n * count; if (ip) L.send = d; break;
     case C_GATHER: L.out_count = is_root ? n * count : 0; if (ip) L.send = d + off; break;
     case C_SCATTER: L.in_count = n * count; if (ip) L.recv = s + off; break;
-    default: break; /* sendrecv: out of place always; barrier: no data */
+    default: break; /* sendrecv, memcpy: out of place always; barrier: no data */
   }
   return L;
 }
@@ -357,6 +363,9 @@ static kt_result run_once(const bench *b, int c, const layout *L, size_t count) 
     case C_SENDRECV:
       return kt_sendrecv(L->send, count, (b->rank + 1) % n, L->recv, count,
                          (b->rank + n - 1) % n, t, 0, b->comm);
+    case C_MEMCPY: /* every rank at once, no communication: the memory's own speed */
+      memcpy(L->recv, L->send, count * b->esize);
+      return KT_SUCCESS;
     default: return kt_barrier(b->comm);
   }
 }
@@ -384,6 +393,7 @@ static kt_bench_value expected_at(const bench *b, int c, const kt_bench_gen *g, 
     case C_ALLGATHER: case C_GATHER: return kt__bench_input(g, (int)(k / count), k % count);
     case C_ALLTOALL: return kt__bench_input(g, (int)(k / count), r * count + k % count);
     case C_SCATTER: return kt__bench_input(g, b->o.root, r * count + k);
+    case C_MEMCPY: return kt__bench_input(g, b->rank, k);
     default: return kt__bench_input(g, (b->rank + b->nranks - 1) % b->nranks, k); /* sendrecv */
   }
 }
@@ -490,6 +500,9 @@ static void print_table_head(const bench *b, int c) {
            c == C_SENDRECV ? " (send to rank+1, receive from rank-1)" : "", colls[c].bus_text,
            bus_factor(colls[c].bus, b->nranks));
   if (c == C_SENDRECV && b->o.inplace) printf("# sendrecv runs out of place (-I ignored)\n");
+  if (c == C_MEMCPY)
+    printf("# memcpy: every rank copies size bytes between its own two buffers at the same time, "
+           "no communication (the memory reference)%s\n", b->o.inplace ? "; out of place (-I ignored)" : "");
   printf("#%11s %12s %9s %6s %5s %11s %7s %7s %7s\n", "size", "count", "type", "redop", "root",
          "time", "algbw", "busbw", "#wrong");
   printf("#%11s %12s %9s %6s %5s %11s %7s %7s %7s\n", "(B)", "(elements)", "", "", "", "(us)",
@@ -632,7 +645,7 @@ int kt_tool_bench(int argc, char **argv) {
     return 1;
   }
   b->o = (options){.minbytes = 8, .maxbytes = 32u << 20, .factor = 2, .iters = 20, .warmup = 5,
-                   .dtype = KT_FLOAT32, .op = KT_SUM, .colls = (1u << C_NUM) - 1};
+                   .dtype = KT_FLOAT32, .op = KT_SUM, .colls = C_ALL_MASK};
   int rc = parse_args(&b->o, argc, argv);
   if (rc == 1) {
     print_help(stdout);
