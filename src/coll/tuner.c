@@ -234,12 +234,16 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
     if (op->coll == KT_COLL_ALLREDUCE)
       return n <= (double)KT_MIN((size_t)kt__param_SHM_ONESHOT_BYTES(), kt__shm_region_bytes(c)) ? PICK_SHM_ONESHOT
                                                                                                  : PICK_SHM_RSAG;
-    /* Single copy through process_vm_readv: measured faster for alltoall
-     * and scatter (docs/algorithms.md); broadcast, gather and allgather have
-     * it too, forced only (KAITIAN_ALGO): on the 2-CPU VM they won at some
-     * sizes and lost at others. */
-    if (cma_bytes > 0 && n >= (double)cma_bytes && (op->coll == KT_COLL_ALLTOALL || op->coll == KT_COLL_SCATTER) &&
-        cma_fits(c, op))
+    /* Single copy through process_vm_readv (docs/algorithms.md): alltoall
+     * and scatter from KAITIAN_SHM_CMA_BYTES per rank; broadcast from that
+     * size and allgather from 4 times it, where every rank has a CPU of its
+     * own (oversubscribed, the region algorithms won from 4 MiB); gather
+     * only when forced (it lost at some sizes and won at others). */
+    bool cma = cma_bytes > 0 && cma_fits(c, op);
+    if (cma && n >= (double)cma_bytes && (op->coll == KT_COLL_ALLTOALL || op->coll == KT_COLL_SCATTER))
+      return PICK_SHM_CMA;
+    if (cma && (op->coll == KT_COLL_BROADCAST || op->coll == KT_COLL_ALLGATHER) &&
+        n >= (double)cma_bytes * (op->coll == KT_COLL_ALLGATHER ? 4 : 1) && !kt__shm_oversubscribed(c))
       return PICK_SHM_CMA;
     if (op->coll == KT_COLL_REDUCE && n <= (double)reduce_oneshot_bytes) return PICK_SHM_ONESHOT;
     return PICK_SHM;

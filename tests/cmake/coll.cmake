@@ -113,6 +113,28 @@ foreach(np 2 3 5)
     --coll allreduce,mixed --registered all --quick)
 endforeach()
 
+# The tuner's single-copy picks (docs/algorithms.md): broadcast of 2 MiB and
+# allgather of 1 MiB per rank run shm_cma where every rank has a CPU of its
+# own (2 ranks), the region algorithm where the host's ranks outnumber its
+# CPUs (nproc + 1 ranks); scatter's pick does not depend on that.
+add_test(NAME coll.tuner_cma_picks COMMAND sh -c [=[
+kt=$1; fail() { echo "TEST FAILED: $*"; exit 1; }
+picks() { KAITIAN_DEBUG=INFO "$kt" run -n "$1" "$kt" bench -C broadcast,allgather,scatter -b "$2" -e "$2" -n 1 -w 0 2>&1; }
+out=$(picks 2 2M) || fail "2 ranks: $out"
+for c in broadcast allgather scatter; do
+  printf '%s\n' "$out" | grep -q "rank 0/2: $c runs algorithm shm_cma " || fail "2 ranks: $c did not pick shm_cma: $(printf '%s\n' "$out" | grep 'runs algorithm')"
+done
+out=$(picks 2 512K) || fail "2 ranks: $out"
+printf '%s\n' "$out" | grep -q "rank 0/2: allgather runs algorithm shm " || fail "2 ranks, 256 KiB per rank: allgather did not pick shm"
+n=$(( $(nproc) + 1 ))
+out=$(picks $n $((n * 1048576))) || fail "$n ranks: $out"
+for c in broadcast allgather; do
+  printf '%s\n' "$out" | grep -q "rank 0/$n: $c runs algorithm shm " || fail "$n ranks on $((n - 1)) CPUs: $c did not pick shm: $(printf '%s\n' "$out" | grep 'runs algorithm')"
+done
+printf '%s\n' "$out" | grep -q "rank 0/$n: scatter runs algorithm shm_cma " || fail "$n ranks: scatter did not pick shm_cma"
+echo PASS]=] sh ${KT_CLI})
+set_tests_properties(coll.tuner_cma_picks PROPERTIES TIMEOUT 300 LABELS "coll" PROCESSORS 2 ENVIRONMENT "KAITIAN_TIMEOUT=60000")
+
 # Single copy refused by the kernel on one rank (a seccomp filter makes its
 # process_vm_readv fail with EPERM): the probe's verdict sends every rank to
 # the region algorithms, results stay right, and the rank says why at INFO.
