@@ -303,7 +303,7 @@ kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, bool phase, const ch
 }
 
 kt_result kt__execute(struct kt_comm_s *c, const kt__op *op) {
-  return kt__execute_until(c, op, kt__now_ns() + c->timeout_ms * 1000000);
+  return kt__execute_until(c, op, kt__now_coarse_ns() + c->timeout_ms * 1000000);
 }
 
 /* At INFO, the first op issued on a communicator (not a phase of a

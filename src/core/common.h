@@ -101,7 +101,16 @@ KT_INTERNAL void kt__param_visit(kt__param_visit_fn fn, void *arg);
 
 /* ---- time -------------------------------------------------------------- */
 
+/* kt_dtype_size inline, for the hot paths (the public one is a call). */
+KT_INTERNAL extern const size_t kt__dtype_sizes[KT_NUM_DTYPES];
+static inline size_t kt__dtype_size(kt_dtype d) { return (unsigned)d < KT_NUM_DTYPES ? kt__dtype_sizes[d] : 0; }
+#define kt_dtype_size(d) kt__dtype_size(d)
+
 KT_INTERNAL int64_t kt__now_ns(void);
+/* CLOCK_MONOTONIC at the kernel tick's resolution (a few ms behind at most)
+ * and a fraction of kt__now_ns's cost: for deadlines and liveness beats,
+ * read on every op, never for spin limits. */
+KT_INTERNAL int64_t kt__now_coarse_ns(void);
 /* memcpy for a destination other processes read (shared memory): on x86-64
  * with ERMS, rep movsb, whose full-line stores need no read for ownership;
  * vector stores to lines a peer's cache holds can run 5x slower. */

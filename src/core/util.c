@@ -88,6 +88,12 @@ size_t kt__stream_min_bytes(void) {
   return (size_t)v;
 }
 
+int64_t kt__now_coarse_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 int64_t kt__now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -134,13 +140,14 @@ int kt__read_full(int fd, void *buf, size_t len) {
   return 0;
 }
 
-static const size_t dtype_sizes[KT_NUM_DTYPES] = {1, 1, 4, 8, 2, 2, 4, 8, 1};
+const size_t kt__dtype_sizes[KT_NUM_DTYPES] = {1, 1, 4, 8, 2, 2, 4, 8, 1};
 static const char *const dtype_names[KT_NUM_DTYPES] = {
     "int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64", "bool"};
 static const char *const op_names[KT_NUM_OPS] = {"sum", "prod", "min", "max",
                                                  "avg", "band", "bor", "bxor"};
 
-size_t kt_dtype_size(kt_dtype d) { return (unsigned)d < KT_NUM_DTYPES ? dtype_sizes[d] : 0; }
+#undef kt_dtype_size
+size_t kt_dtype_size(kt_dtype d) { return kt__dtype_size(d); }
 const char *kt_dtype_name(kt_dtype d) { return (unsigned)d < KT_NUM_DTYPES ? dtype_names[d] : "unknown"; }
 const char *kt_op_name(kt_op o) { return (unsigned)o < KT_NUM_OPS ? op_names[o] : "unknown"; }
 

@@ -614,7 +614,7 @@ void kt__shm_wake(struct kt_comm_s *c) {
 
 /* This rank shows activity on the communicator (see shm_slot.beat_ns). */
 static void mark_alive(kt__shm *s) {
-  atomic_store_explicit(&slot(s, s->me)->beat_ns, kt__now_ns(), memory_order_relaxed);
+  atomic_store_explicit(&slot(s, s->me)->beat_ns, kt__now_coarse_ns(), memory_order_relaxed);
 }
 
 void kt__shm_op_begin(kt__exec *ex) {
