@@ -95,22 +95,23 @@ def _port_bindable(port):
 
 
 def _free_port():
-    """A port for torch's store, which rank 0 binds later: free now and below
+    """A port for torch's store, which rank 0 binds later: free now and outside
     the kernel's ephemeral range, so that no outgoing connection is handed it
     in between (as `kaitian run` picks it). Any port the kernel hands out
     where 200 random tries find none."""
     import random
     import socket
-    lo = 32768
+    lo, hi = 32768, 60999
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            lo = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
+            lo, hi = (int(v) for v in f.read().split()[:2])
+    except (OSError, ValueError):
         pass
     rng = random.SystemRandom()
-    if lo > 10100:
+    first, end = (10000, lo) if lo > 10100 else (hi + 1, 65536)  # below the range, else above
+    if end - first >= 100:
         for _ in range(200):
-            p = rng.randrange(10000, lo)
+            p = rng.randrange(first, end)
             if _port_bindable(p):
                 return p
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

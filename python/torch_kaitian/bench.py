@@ -204,16 +204,21 @@ def bench_ddp(groups, steps, views, batch):
 
 
 def _memcpy_time(numel, reps=30):
-    """One copy of numel float32 between two buffers of this rank, every rank
-    at once: the slowest rank's median, seconds."""
+    """One copy of numel float32 between two buffers of this rank on one
+    thread, every rank at once: the slowest rank's median, seconds."""
     src, dst = torch.ones(numel), torch.empty(numel)
-    dst.copy_(src)
-    ts = []
-    for _ in range(reps):
-        dist.barrier()
-        t0 = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread, as the core's reduction runs on one
+    try:
         dst.copy_(src)
-        ts.append(time.perf_counter() - t0)
+        ts = []
+        for _ in range(reps):
+            dist.barrier()
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            ts.append(time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
     return statistics.median(_slowest(ts))
 
 

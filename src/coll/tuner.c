@@ -237,7 +237,7 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
     /* Single copy through process_vm_readv (docs/algorithms.md): alltoall
      * and scatter from KAITIAN_SHM_CMA_BYTES per rank; broadcast from that
      * size and allgather from 4 times it, where every rank has a CPU of its
-     * own (oversubscribed, the region algorithms won from 4 MiB); gather
+     * own (oversubscribed, the region algorithms won at 16 MiB); gather
      * only when forced (it lost at some sizes and won at others). */
     bool cma = cma_bytes > 0 && cma_fits(c, op);
     if (cma && n >= (double)cma_bytes && (op->coll == KT_COLL_ALLTOALL || op->coll == KT_COLL_SCATTER))
@@ -335,6 +335,7 @@ static kt_result execute(struct kt_comm_s *c, const kt__op *op, int64_t deadline
    * by every wait; over TCP look at the peers' sockets (one poll). */
   kt_result r = c->shm ? KT_SUCCESS : kt__net_check_peers(&ex);
   if (r == KT_SUCCESS) r = fn(&ex);
+  if (r != KT_SUCCESS) kt__stream_fence(); /* an algorithm that failed may have streamed */
   if (r != KT_SUCCESS)
     kt__error_prefix("rank %d: %s #%llu (%s, count %zu, %s): ", kt__rank_label(c, c->rank), kt__coll_name(op->coll),
                      (unsigned long long)op->seq, name, op->count, kt_dtype_name(op->dtype));

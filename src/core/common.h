@@ -107,9 +107,9 @@ static inline size_t kt__dtype_size(kt_dtype d) { return (unsigned)d < KT_NUM_DT
 #define kt_dtype_size(d) kt__dtype_size(d)
 
 KT_INTERNAL int64_t kt__now_ns(void);
-/* CLOCK_MONOTONIC at the kernel tick's resolution (a few ms behind at most)
- * and a fraction of kt__now_ns's cost: for deadlines and liveness beats,
- * read on every op, never for spin limits. */
+/* CLOCK_MONOTONIC to the kernel tick, rounded up (never behind kt__now_ns,
+ * up to a tick ahead), at a fraction of kt__now_ns's cost: for deadlines and
+ * liveness beats, read on every op; never for spin limits. */
 KT_INTERNAL int64_t kt__now_coarse_ns(void);
 /* memcpy for a destination other processes read (shared memory): on x86-64
  * with ERMS, rep movsb, whose full-line stores need no read for ownership;

@@ -44,7 +44,7 @@ void kt__copy_stream(void *dst, const void *src, size_t n) {
 #if defined(__x86_64__) && defined(__SSE2__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   char *d = dst;
   const char *s = src;
-  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+  size_t head = (64 - ((uintptr_t)d & 63)) & 63; /* each group of 4 stores fills one line */
   if (n >= head + 64) {
     memcpy(d, s, head);
     d += head, s += head, n -= head;
@@ -88,10 +88,20 @@ size_t kt__stream_min_bytes(void) {
   return (size_t)v;
 }
 
+static _Atomic int64_t coarse_res = -1; /* CLOCK_MONOTONIC_COARSE's resolution, ns */
+
 int64_t kt__now_coarse_ns(void) {
+  int64_t res = atomic_load_explicit(&coarse_res, memory_order_relaxed);
+  if (res < 0) {
+    struct timespec r;
+    res = clock_getres(CLOCK_MONOTONIC_COARSE, &r) == 0 ? (int64_t)r.tv_sec * 1000000000 + r.tv_nsec : 0;
+    atomic_store_explicit(&coarse_res, res, memory_order_relaxed);
+  }
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  /* The coarse clock lags the fine one by up to a tick: rounded up, a
+   * deadline made from it never comes early by kt__now_ns. */
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + res;
 }
 
 int64_t kt__now_ns(void) {

@@ -35,9 +35,10 @@ sport=$(sed -n 's/.* store=127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$TMP/a.out" | head 
 mport=$(sed -n 's/.* mport=\([0-9]*\) .*/\1/p' "$TMP/a.out" | head -n 1)
 [ -n "$mport" ] && [ "$mport" -gt 0 ] && [ "$mport" != "$sport" ] || fail "MASTER_PORT $mport vs store port $sport"
 # torch's store binds MASTER_PORT only when rank 0 gets there: it must lie
-# below the ephemeral range, where no outgoing connection can take it first.
-eph=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-[ "$mport" -lt "$eph" ] || fail "MASTER_PORT $mport is in the ephemeral range (from $eph)"
+# outside the ephemeral range, where no outgoing connection can take it first.
+read -r elo ehi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || { elo=32768; ehi=60999; }
+[ "$mport" -lt "$elo" ] || [ "$mport" -gt "$ehi" ] ||
+  fail "MASTER_PORT $mport is in the ephemeral range ($elo-$ehi)"
 grep -q 'job=stale' "$TMP/a.out" && fail "inherited KAITIAN_JOB_ID leaked into ranks"
 
 # A second job gets another secret and job id; a user's OMP_NUM_THREADS is kept.

@@ -539,8 +539,10 @@ static int bench_coll(bench *b, int c) {
         b->wrong_total += wrong_all;
       }
       double algbw = (double)bytes / us / 1e3, busbw = algbw * bus_factor(colls[c].bus, b->nranks);
-      b->busbw_sum += busbw;
-      b->busbw_rows++;
+      if (c != C_MEMCPY) { /* the reference is not one of the collectives */
+        b->busbw_sum += busbw;
+        b->busbw_rows++;
+      }
       if (b->rank == 0) print_row(b, c, bytes, count, us, algbw, busbw, b->o.check > 0, wrong_all);
     }
     if (size > UINT64_MAX / b->o.factor) break;

@@ -374,11 +374,11 @@ static int port_bindable(int port) {
 }
 
 /* A TCP port for torch's own store, which rank 0 binds only later: free now
- * and below the kernel's ephemeral range (ip_local_port_range), so no
+ * and outside the kernel's ephemeral range (ip_local_port_range), so no
  * outgoing connection of this host can be handed it in between (one picked
  * by bind(0) came from that range, and a CI run lost it to one). Random in
- * 10000..low-1, the first of 200 tries that binds; failing that, any port
- * the kernel hands out. */
+ * 10000..low-1 (above high where the range starts below 10100), the first of
+ * 200 tries that binds; failing that, any port the kernel hands out. */
 static kt_result free_port(int *port) {
   int lo = 32768, hi = 60999;
   FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
@@ -390,9 +390,12 @@ static kt_result free_port(int *port) {
   int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
   int have = fd >= 0 && kt__read_full(fd, rnd, sizeof rnd) == 0;
   if (fd >= 0) close(fd);
-  if (have && lo > 10000 + 100) {
+  /* Below the ephemeral range, else above it. */
+  int from = 10000, span = lo - 10000;
+  if (span < 100) from = hi + 1, span = 65535 - hi;
+  if (have && span >= 100) {
     for (size_t i = 0; i < sizeof rnd / sizeof *rnd; i++) {
-      int p = 10000 + rnd[i] % (lo - 10000);
+      int p = from + rnd[i] % span;
       if (port_bindable(p)) {
         *port = p;
         return KT_SUCCESS;
