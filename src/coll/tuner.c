@@ -136,6 +136,11 @@ static void parse_forced(void) { parse_algo_spec(kt__param_ALGO(), forced); }
 /* Model constants for TCP: per-message latency and per-byte time. */
 #define ALPHA_US 20.0
 #define BETA_US_PER_BYTE (1.0 / 2000.0) /* ~2 GB/s */
+/* Recursive doubling reduces what it received only once all of it is there
+ * (the ring reduces chunks as they arrive): its reduction is exposed. Fitted
+ * to 2 netns hosts x 1 rank, where the ring overtook it between 1 and 4 MiB
+ * (docs/algorithms.md). */
+#define GAMMA_US_PER_BYTE (1.0 / 50000.0)
 
 static int ceil_log2(int p) {
   int l = 0;
@@ -256,7 +261,7 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
       double chunk = (double)kt__chunk_bytes(op->dtype);
       double ring = 2 * (p - 1) * ALPHA_US * (1 + n / p / chunk / 8) + 2 * (p - 1) / p * n * BETA_US_PER_BYTE;
       bool pof2 = (c->size & (c->size - 1)) == 0;
-      double rd = (lg + (pof2 ? 0 : 2)) * (ALPHA_US + n * BETA_US_PER_BYTE);
+      double rd = (lg + (pof2 ? 0 : 2)) * (ALPHA_US + n * (BETA_US_PER_BYTE + GAMMA_US_PER_BYTE));
       if ((double)op->count < p || n <= (double)kt__param_SMALL_BYTES()) return PICK_RD;
       /* Halving-doubling: the ring's bytes in 2 log2 q steps (q: the
        * largest power of two <= p; the others fold in and out first). */
