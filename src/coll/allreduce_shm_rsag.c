@@ -85,12 +85,8 @@ kt_result kt__allreduce_shm_rsag(kt__exec *ex) {
     KT_CHECK(kt__shm_wait(ex, -1, step));
     for (int r = 0; r < p; r++) {
       size_t rlo = KT_MIN((size_t)r * share, len), rhi = KT_MIN(rlo + share, len);
-      if (r != me && rhi > rlo) {
-        char *to = out + (base + rlo) * es;
-        const char *from = kt__shm_region(c, r, 1, par) + rlo * es;
-        if (stream) kt__copy_stream(to, from, (rhi - rlo) * es);
-        else memcpy(to, from, (rhi - rlo) * es);
-      }
+      if (r != me && rhi > rlo)
+        kt__copy_out(stream, out + (base + rlo) * es, kt__shm_region(c, r, 1, par) + rlo * es, (rhi - rlo) * es);
     }
   }
   if (stream) kt__stream_fence();

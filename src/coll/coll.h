@@ -8,8 +8,9 @@
 
 #include "comm.h"
 #include "reduce/reduce.h"
-#include <string.h>
 #include "transport/transport.h"
+
+#include <string.h>
 
 typedef kt_result (*kt__algo_fn)(kt__exec *ex);
 

@@ -24,8 +24,7 @@ void kt__shm_reduce_share(kt__exec *ex, kt__reduce_fn reduce, int par, size_t lo
            bn);
     for (int r = 2; r < p; r++) reduce(blk, blk, r == me ? mine : kt__shm_region(c, r, 0, par) + at, bn);
     kt__op_finalize(op, blk, bn, p);
-    if (out && stream) kt__copy_stream(out + b0 * es, blk, bn * es);
-    else if (out) memcpy(out + b0 * es, blk, bn * es);
+    if (out) kt__copy_out(stream, out + b0 * es, blk, bn * es);
     kt__copy_shared(res + b0 * es, blk, bn * es);
   }
 }
@@ -62,11 +61,9 @@ kt_result kt__reduce_shm(kt__exec *ex) {
       KT_CHECK(kt__shm_wait(ex, -1, step));
       for (int r = 0; r < p; r++) {
         size_t rlo = KT_MIN((size_t)r * share, len), rhi = KT_MIN(rlo + share, len);
-        if (rhi <= rlo) continue;
-        char *to = (char *)op->recvbuf + (base + rlo) * es;
-        const char *from = kt__shm_region(c, r, 1, par) + rlo * es;
-        if (stream) kt__copy_stream(to, from, (rhi - rlo) * es);
-        else memcpy(to, from, (rhi - rlo) * es);
+        if (rhi > rlo)
+          kt__copy_out(stream, (char *)op->recvbuf + (base + rlo) * es, kt__shm_region(c, r, 1, par) + rlo * es,
+                       (rhi - rlo) * es);
       }
     }
   }

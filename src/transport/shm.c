@@ -81,9 +81,10 @@ typedef struct shm_slot {
   uint32_t direct_ok[2];    /* 1: it mapped every peer's buffers */
   kt__membuf dbuf[2][2];    /* [parity][send, receive] */
   /* When this rank last showed activity on this communicator (CLOCK_MONOTONIC
-   * ns, to the kernel tick: kt__now_coarse_ns): at the start of each op, and every SHM_LIVENESS_NS while it sleeps in
-   * a wait. A peer's timeout names the ranks whose beat is old: the one that
-   * is stopped, hung or busy elsewhere, not only the neighbour waited for. */
+   * ns to the kernel tick, kt__now_coarse_ns): at the start of each op, and
+   * every SHM_LIVENESS_NS while it sleeps in a wait. A peer's timeout names
+   * the ranks whose beat is old: the one that is stopped, hung or busy
+   * elsewhere, not only the neighbour waited for. */
   _Atomic int64_t beat_ns;
 } shm_slot;
 
