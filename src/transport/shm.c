@@ -25,8 +25,8 @@
 #define SHM_HDR_BYTES 4096
 #define SHM_SLOT_MAIN 512 /* shm_slot; then the rank's small-message lines */
 #define SHM_LL_LINES 16   /* per small-message slot: 32 + 15 x 56 = 872 bytes of payload */
-#define SHM_LL_SLOTS 8    /* small-message slots per rank: op k uses slot k mod 8 */
-#define SHM_LL_AHEAD 4    /* op k is written once every peer has written op k - 4 */
+#define SHM_LL_SLOTS 64   /* small-message slots per rank: op k uses slot k mod 64 */
+#define SHM_LL_AHEAD 32   /* op k is written once every peer has written op k - 32 */
 /* Slots are 2560 bytes apart modulo 4096, as when they held 2 x 16 lines:
  * at 8704 (512 modulo 4096) a shm broadcast of 512 B at 2 ranks took 0.40 us
  * against 0.34-0.36 (interleaved runs); the 2 KiB of padding restore it. */
@@ -134,6 +134,7 @@ struct kt__shm {
   uint64_t map_clock;    /* for least-recently-used eviction */
   uint64_t ll_seq;       /* small-message ops so far (the flag of my lines) */
   int ll_cmp[SHM_LL_SLOTS]; /* whose signature of that slot's op was compared: LL_CMP_* or a rank */
+  uint64_t ll_all;       /* every op up to this one was compared with every peer */
   bool direct_off;       /* mapping a peer's buffer failed once: offer no more */
   int cma;               /* process_vm_readv between every pair: 0 not probed yet, 1 works, -1 not */
 };
@@ -164,9 +165,15 @@ static shm_slot *slot_at(void *base, int r) {
 
 static shm_slot *slot(const kt__shm *s, int r) { return slot_at(s->base, r); }
 
-/* Rank r's small-message line i of slot k (op k mod SHM_LL_SLOTS). */
+/* Rank r's small-message line i of slot k (op k mod SHM_LL_SLOTS). The
+ * slots' lines 0, which every small op writes, are adjacent: a rank that runs
+ * ops ahead streams through consecutive lines (a slot's lines back to back
+ * put the lines 0 of all 64 slots in a few sets of a cache: 2 ranks' 8 B
+ * reduce took 0.44 us against 0.29). Each slot's other lines follow all the
+ * lines 0, contiguous per slot. */
 static ll_line *ll_at(const kt__shm *s, int r, int k, int i) {
-  return (ll_line *)((char *)slot(s, r) + SHM_SLOT_MAIN) + k * SHM_LL_LINES + i;
+  ll_line *lines = (ll_line *)((char *)slot(s, r) + SHM_SLOT_MAIN);
+  return i == 0 ? lines + k : lines + SHM_LL_SLOTS + k * (SHM_LL_LINES - 1) + (i - 1);
 }
 
 /* Layout: header, n slots, n^2 ring heads (all reserved by the creator);
@@ -754,7 +761,15 @@ static kt_result wait_ready_or_stuck(kt__exec *ex, int r, uint64_t target, ready
   int64_t next_slow = kt__now_ns();
   while (!ready(s, arg)) {
     bool slow = kt__now_ns() >= next_slow;
-    KT_CHECK(check_failures(ex, r, target, slow));
+    kt_result e = check_failures(ex, r, target, slow);
+    if (e != KT_SUCCESS) {
+      /* A peer that wrote what this wait needs and then finished (its job
+       * done, it exited) is not a failure of this op: look again now that
+       * its death is seen, since its writes came before it. */
+      if (!ready(s, arg)) return e;
+      kt__clear_error();
+      break;
+    }
     if (slow && stuck) KT_CHECK(stuck(ex, arg));
     if (slow) {
       next_slow = kt__now_ns() + SHM_LIVENESS_NS;
@@ -1240,13 +1255,15 @@ kt_result kt__shm_ll_post(kt__exec *ex, const void *payload, size_t bytes) {
  * so a mismatch in a one-way op surfaces at the next op that waits for all. */
 static kt_result ll_settle_all(kt__exec *ex, uint64_t seq) {
   kt__shm *s = ex->comm->shm;
-  for (uint64_t j = seq > SHM_LL_AHEAD ? seq - SHM_LL_AHEAD + 1 : 1; j < seq; j++) {
+  uint64_t from = seq > SHM_LL_AHEAD ? seq - SHM_LL_AHEAD + 1 : 1;
+  for (uint64_t j = KT_MAX(from, s->ll_all + 1); j < seq; j++) {
     int done = s->ll_cmp[ll_slot(j)];
     if (done == LL_CMP_ALL) continue;
     for (int r = 0; r < s->n; r++)
       if (r != s->me && r != done) KT_CHECK(ll_compare(ex, r, j));
     s->ll_cmp[ll_slot(j)] = LL_CMP_ALL;
   }
+  s->ll_all = seq;
   return KT_SUCCESS;
 }
 

@@ -606,14 +606,14 @@ static int scenario_mismatch(kt_comm comm) {
    * waits for every rank. smallsendonly: the non-roots of the small reduce
    * send only too. smallstream: what follows is small broadcasts from rank 1
    * (no rank waits for every other), where the small-message protocol
-   * compares each op's signatures within 4 ops (docs/algorithms.md). */
+   * compares each op's signatures within 32 ops (docs/algorithms.md). */
   bool send_only = (bcast && g_rank == root && g_rank == 1) || (p2p && g_rank == 0) || (small && g_rank != root);
   if (r == KT_SUCCESS && send_only && !strcmp(kind, "smallstream")) {
-    printf("rank %d: %s completed (send-only); the mismatch must fail one of the next 4 broadcasts\n",
+    printf("rank %d: %s completed (send-only); the mismatch must fail one of the next 32 broadcasts\n",
            g_rank, what);
     what = "broadcast (after the send-only call)";
     t0 = mono_ms();
-    for (int i = 0; i < 4 && r == KT_SUCCESS; i++) r = kt_broadcast(in, out, count, KT_FLOAT32, 1, comm);
+    for (int i = 0; i < 32 && r == KT_SUCCESS; i++) r = kt_broadcast(in, out, count, KT_FLOAT32, 1, comm);
     dt = mono_ms() - t0;
     snprintf(msg, sizeof msg, "%s", kt_last_error());
   } else if (r == KT_SUCCESS && send_only) {
