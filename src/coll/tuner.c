@@ -229,8 +229,7 @@ static void init_tuner(void) {
 }
 
 static int model_pick(struct kt_comm_s *c, const kt__op *op) {
-  double p = c->size, n = (double)op->count * (double)kt_dtype_size(op->dtype);
-  double lg = ceil_log2(c->size);
+  double n = (double)op->count * (double)kt_dtype_size(op->dtype);
   if (c->shm) { /* one host: shared memory for every collective */
     int64_t ll = ll_limit(c, op);
     if (ll > 0 && pick_idx[op->coll][PICK_SHM_LL] >= 0 && ll_fits(c, op) &&
@@ -256,6 +255,7 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
   /* Several hosts with shared memory inside each: TCP only between hosts,
    * for every collective that has a hierarchical algorithm. */
   if (c->hosts && pick_idx[op->coll][PICK_HIER] >= 0) return PICK_HIER;
+  double p = c->size, lg = ceil_log2(c->size);
   switch (op->coll) {
     case KT_COLL_ALLREDUCE: {
       double chunk = (double)kt__chunk_bytes(op->dtype);
@@ -308,7 +308,7 @@ kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, bool phase, const ch
 }
 
 kt_result kt__execute(struct kt_comm_s *c, const kt__op *op) {
-  return kt__execute_until(c, op, kt__now_coarse_ns() + c->timeout_ms * 1000000);
+  return kt__execute_until(c, op, -1);
 }
 
 /* At INFO, the first op issued on a communicator (not a phase of a
@@ -334,7 +334,11 @@ static kt_result execute(struct kt_comm_s *c, const kt__op *op, int64_t deadline
   if (!parent && kt__log_level >= KT_LOG_INFO) log_first_use(c, op, fn);
   KT_TRACE("rank %d: op #%llu %s count %zu %s -> %s", c->rank, (unsigned long long)op->seq,
            kt__coll_name(op->coll), op->count, kt_dtype_name(op->dtype), name);
-  kt__exec ex = {.comm = c, .op = op, .deadline_ns = deadline_ns, .parent = parent};
+  /* One clock read per op: the deadline (unless a parent's) and the
+   * liveness beat both come from it. */
+  int64_t now = kt__now_coarse_ns();
+  if (deadline_ns < 0) deadline_ns = now + c->timeout_ms * 1000000;
+  kt__exec ex = {.comm = c, .op = op, .start_ns = now, .deadline_ns = deadline_ns, .parent = parent};
   kt__net_op_begin(&ex);
   /* Over shared memory a peer's failure is a flag in the segment, checked
    * by every wait; over TCP look at the peers' sockets (one poll). */

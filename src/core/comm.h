@@ -128,6 +128,7 @@ struct kt_comm_s {
   pthread_cond_t cv;            /* queue non-empty / request done / idle */
   struct kt_request_s *qhead, *qtail;
   bool busy;                    /* an op is executing (inline or on the thread) */
+  int cv_waiters;               /* threads in pthread_cond_wait on cv */
   bool thread_started, stopping;
   pthread_t thread;
   uint64_t issued;              /* collectives issued: the last op->seq */
@@ -157,6 +158,7 @@ static inline int kt__rank_label(const struct kt_comm_s *c, int r) {
 typedef struct kt__exec {
   struct kt_comm_s *comm;
   const kt__op *op;
+  int64_t start_ns;    /* when it began (kt__now_coarse_ns) */
   int64_t deadline_ns;
   /* A phase of a parent communicator's op (the hierarchy): the parent's
    * context, whose sockets the phase's waits also watch (kt__net_stuck). */

@@ -39,12 +39,20 @@ static kt_result run_op(struct kt_comm_s *c, const kt__op *op) {
   return r;
 }
 
+/* pthread_cond_wait on c->cv (c->mu held), counted so that the blocking
+ * fast path of kt__issue signals only when someone waits. */
+static void cv_wait(struct kt_comm_s *c) {
+  c->cv_waiters++;
+  pthread_cond_wait(&c->cv, &c->mu);
+  c->cv_waiters--;
+}
+
 static void *progress_main(void *arg) {
   struct kt_comm_s *c = arg;
   kt__log_set_rank(c->rank);
   pthread_mutex_lock(&c->mu);
   for (;;) {
-    while ((!c->qhead || c->busy) && !(c->stopping && !c->qhead)) pthread_cond_wait(&c->cv, &c->mu);
+    while ((!c->qhead || c->busy) && !(c->stopping && !c->qhead)) cv_wait(c);
     if (!c->qhead) break; /* stopping and drained */
     struct kt_request_s *req = c->qhead;
     c->qhead = req->next;
@@ -91,7 +99,7 @@ kt_result kt__issue(struct kt_comm_s *c, kt__op *op, kt_request *req_out) {
     kt_result r = run_op(c, op);
     pthread_mutex_lock(&c->mu);
     c->busy = false;
-    pthread_cond_broadcast(&c->cv);
+    if (c->cv_waiters) pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     op_free_arrays(op);
     return r;
@@ -131,7 +139,7 @@ kt_result kt_wait(kt_request req) {
   struct kt_comm_s *c = req->comm;
   if (!atomic_load_explicit(&req->done, memory_order_acquire)) {
     pthread_mutex_lock(&c->mu);
-    while (!atomic_load_explicit(&req->done, memory_order_acquire)) pthread_cond_wait(&c->cv, &c->mu);
+    while (!atomic_load_explicit(&req->done, memory_order_acquire)) cv_wait(c);
     pthread_mutex_unlock(&c->mu);
   }
   kt_result r = req->result;
@@ -153,7 +161,7 @@ void kt__progress_stop(struct kt_comm_s *c) {
   pthread_mutex_lock(&c->mu);
   c->stopping = true;
   pthread_cond_broadcast(&c->cv);
-  while (c->qhead || c->busy) pthread_cond_wait(&c->cv, &c->mu);
+  while (c->qhead || c->busy) cv_wait(c);
   bool started = c->thread_started;
   pthread_mutex_unlock(&c->mu);
   if (started) pthread_join(c->thread, NULL);

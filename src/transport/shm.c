@@ -621,13 +621,15 @@ void kt__shm_wake(struct kt_comm_s *c) {
 /* ---- iterations ----------------------------------------------------------- */
 
 /* This rank shows activity on the communicator (see shm_slot.beat_ns). */
-static void mark_alive(kt__shm *s) {
-  atomic_store_explicit(&slot(s, s->me)->beat_ns, kt__now_coarse_ns(), memory_order_relaxed);
+static void mark_alive_at(kt__shm *s, int64_t now) {
+  atomic_store_explicit(&slot(s, s->me)->beat_ns, now, memory_order_relaxed);
 }
+
+static void mark_alive(kt__shm *s) { mark_alive_at(s, kt__now_coarse_ns()); }
 
 void kt__shm_op_begin(kt__exec *ex) {
   kt__shm *s = ex->comm->shm;
-  mark_alive(s);
+  mark_alive_at(s, ex->start_ns);
   kt__op_sig(ex->op, s->n, &s->cur);
   s->sig_checked = false;
 }
@@ -745,12 +747,14 @@ typedef kt_result (*stuck_fn)(kt__exec *ex, const void *arg);
 static kt_result wait_ready_or_stuck(kt__exec *ex, int r, uint64_t target, ready_fn ready,
                                      const void *arg, stuck_fn stuck) {
   kt__shm *s = ex->comm->shm;
-  int64_t spin_until = kt__now_ns() + s->spin_ns;
+  int64_t spin_until = -1; /* set at the first check: most waits end before */
   unsigned k = 0;
   while (!ready(s, arg)) {
     if ((++k & 63) == 0) {
       KT_CHECK(check_failures(ex, r, target, false));
-      if (kt__now_ns() > spin_until) break;
+      int64_t now = kt__now_ns();
+      if (spin_until < 0) spin_until = now + s->spin_ns;
+      else if (now > spin_until) break;
     }
     /* Pure spinning first (a peer on another CPU answers within a few
      * microseconds); after that yield now and then: when other work shares
