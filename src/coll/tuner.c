@@ -307,10 +307,6 @@ kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, bool phase, const ch
   return algos[a].fn;
 }
 
-kt_result kt__execute(struct kt_comm_s *c, const kt__op *op) {
-  return kt__execute_until(c, op, -1);
-}
-
 /* At INFO, the first op issued on a communicator (not a phase of a
  * hierarchical one) that runs each algorithm says so: which algorithms a job
  * uses, at no cost per op (the multi-host tests read it). */
@@ -327,7 +323,9 @@ static void log_first_use(struct kt_comm_s *c, const kt__op *op, kt__algo_fn fn)
   }
 }
 
-static kt_result execute(struct kt_comm_s *c, const kt__op *op, int64_t deadline_ns, kt__exec *parent) {
+/* A phase (parent set) keeps its parent's deadline; an op of its own gets
+ * the communicator's timeout from now. */
+static kt_result execute(struct kt_comm_s *c, const kt__op *op, kt__exec *parent) {
   const char *name = "?";
   kt__algo_fn fn = kt__tune(c, op, parent != NULL, &name);
   if (!fn) return kt__err(KT_ERR_INTERNAL, "no algorithm for %s", kt__coll_name(op->coll));
@@ -337,7 +335,7 @@ static kt_result execute(struct kt_comm_s *c, const kt__op *op, int64_t deadline
   /* One clock read per op: the deadline (unless a parent's) and the
    * liveness beat both come from it. */
   int64_t now = kt__now_coarse_ns();
-  if (deadline_ns < 0) deadline_ns = now + c->timeout_ms * 1000000;
+  int64_t deadline_ns = parent ? parent->deadline_ns : now + c->timeout_ms * 1000000;
   kt__exec ex = {.comm = c, .op = op, .start_ns = now, .deadline_ns = deadline_ns, .parent = parent};
   kt__net_op_begin(&ex);
   /* Over shared memory a peer's failure is a flag in the segment, checked
@@ -351,10 +349,8 @@ static kt_result execute(struct kt_comm_s *c, const kt__op *op, int64_t deadline
   return r;
 }
 
-kt_result kt__execute_until(struct kt_comm_s *c, const kt__op *op, int64_t deadline_ns) {
-  return execute(c, op, deadline_ns, NULL);
-}
+kt_result kt__execute(struct kt_comm_s *c, const kt__op *op) { return execute(c, op, NULL); }
 
 kt_result kt__execute_phase(struct kt_comm_s *c, const kt__op *op, kt__exec *parent) {
-  return execute(c, op, parent->deadline_ns, parent);
+  return execute(c, op, parent);
 }

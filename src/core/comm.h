@@ -181,9 +181,6 @@ KT_INTERNAL void kt__cq_push(struct kt_cq_s *cq, uint64_t tag);
 
 /* Execute one op now on the calling thread (collective dispatch). */
 KT_INTERNAL kt_result kt__execute(struct kt_comm_s *c, const kt__op *op);
-/* The same with a given deadline (CLOCK_MONOTONIC ns): a phase of a parent's op
- * keeps the parent's deadline. */
-KT_INTERNAL kt_result kt__execute_until(struct kt_comm_s *c, const kt__op *op, int64_t deadline_ns);
 /* Run op on child c as a phase of the parent's op: the parent's deadline, and
  * waits that also watch the parent's peers. */
 KT_INTERNAL kt_result kt__execute_phase(struct kt_comm_s *c, const kt__op *op, kt__exec *parent);

@@ -1261,9 +1261,10 @@ kt_result kt__shm_ll_post(kt__exec *ex, const void *payload, size_t bytes) {
 static kt_result ll_settle_all(kt__exec *ex, uint64_t seq) {
   kt__shm *s = ex->comm->shm;
   uint64_t from = seq > SHM_LL_AHEAD ? seq - SHM_LL_AHEAD + 1 : 1;
+  /* After ll_all no op is LL_CMP_ALL: only a wait for every peer marks an
+   * op so, and it then moves ll_all up to that op. */
   for (uint64_t j = KT_MAX(from, s->ll_all + 1); j < seq; j++) {
     int done = s->ll_cmp[ll_slot(j)];
-    if (done == LL_CMP_ALL) continue;
     for (int r = 0; r < s->n; r++)
       if (r != s->me && r != done) KT_CHECK(ll_compare(ex, r, j));
     s->ll_cmp[ll_slot(j)] = LL_CMP_ALL;
