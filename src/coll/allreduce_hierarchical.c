@@ -16,10 +16,117 @@
  * the inter-host allreduce of n/L bytes among H ranks (ring: 2 (H-1)/H n/L
  * bytes sent per rank), so each host's links carry 2 (H-1)/H n in total,
  * spread over L sockets - the same bytes as a flat ring, in fewer, larger
- * messages and with no TCP between ranks of one host. */
+ * messages and with no TCP between ranks of one host.
+ *
+ * Pipelined: a message of at least 2 x KAITIAN_HIER_SEGMENT_BYTES is cut into
+ * K segments (each rank's shard into K pieces). The inter-host allreduce of
+ * a segment is issued to the cross communicator's progress thread, and the
+ * caller goes on with the intra-host reduce-scatter of the next segment and
+ * the allgather of the one before: every local rank runs RS 0, RS 1, AG 0,
+ * RS 2, AG 1, ..., AG K-1, and the link stays busy while the shared-memory
+ * phases run. While it waits for a segment the caller watches the parent's
+ * peers (kt__wait_watching), as a phase's waits do; on any failure it stops
+ * the cross communicator and waits for what it issued before returning. */
 #include "coll.h"
 
 #include <string.h>
+
+#define MAX_SEGMENTS 16
+
+/* Piece j of K of a block of count elements: [lo, hi). */
+static void piece(size_t count, int K, int j, size_t *lo, size_t *hi) {
+  *lo = count / (size_t)K * (size_t)j + KT_MIN((size_t)j, count % (size_t)K);
+  *hi = count / (size_t)K * (size_t)(j + 1) + KT_MIN((size_t)(j + 1), count % (size_t)K);
+}
+
+/* The local phase (RS or AG) of segment j: piece j of every rank's shard. */
+static kt_result local_phase(kt__exec *ex, bool rs, int K, int j, const size_t *counts, const size_t *displs,
+                             size_t *cj, size_t *dj) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm, *local = c->local;
+  int L = local->size, me = local->rank;
+  size_t es = kt_dtype_size(op->dtype), total = 0;
+  for (int r = 0; r < L; r++) {
+    size_t lo, hi;
+    piece(counts[r], K, j, &lo, &hi);
+    cj[r] = hi - lo;
+    dj[r] = displs[r] + lo;
+    total += cj[r];
+  }
+  char *mine = (char *)op->recvbuf + dj[me] * es;
+  kt__op ph = {.dtype = op->dtype, .counts = cj, .displs = dj};
+  if (rs) {
+    ph.coll = KT_COLL_REDUCE_SCATTER;
+    ph.sendbuf = op->sendbuf;
+    ph.recvbuf = mine;
+    ph.count = total;
+    ph.op = op->op;
+    return kt__hier_phase(ex, local, &ph, "intra-host reduce-scatter");
+  }
+  ph.coll = KT_COLL_ALLGATHERV;
+  ph.sendbuf = mine;
+  ph.recvbuf = op->recvbuf;
+  ph.count = cj[me];
+  return kt__hier_phase(ex, local, &ph, "intra-host allgather");
+}
+
+static kt_result segmented(kt__exec *ex, int K) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm, *local = c->local, *cross = c->cross;
+  int L = local->size, me = local->rank, S = c->shards;
+  size_t es = kt_dtype_size(op->dtype);
+  size_t *counts = kt__scratch(c, 4 * (size_t)L * sizeof *counts);
+  if (!counts) return kt__err(KT_ERR_NO_MEMORY, "allreduce: out of memory");
+  size_t *displs = counts + L, *cj = displs + L, *dj = cj + L;
+  kt__hier_shards(op->count, S, L, counts, displs);
+  char *shard = (char *)op->recvbuf + displs[me] * es;
+  kt_request req[MAX_SEGMENTS] = {0};
+  int issued = 0, waited = 0; /* cross allreduces issued, and completed */
+  kt_result r = KT_SUCCESS;
+  for (int j = 0; j <= K && r == KT_SUCCESS; j++) {
+    if (j < K) {
+      r = local_phase(ex, true, K, j, counts, displs, cj, dj);
+      if (r != KT_SUCCESS) break;
+      if (cross) {
+        size_t lo, hi;
+        piece(counts[me], K, j, &lo, &hi);
+        kt__op ar = {.coll = KT_COLL_ALLREDUCE, .sendbuf = shard + lo * es, .recvbuf = shard + lo * es,
+                     .count = hi - lo, .dtype = op->dtype, .op = op->op, .partial = true};
+        r = kt__issue(cross, &ar, &req[j]);
+        if (r != KT_SUCCESS) break;
+        issued++;
+      }
+    }
+    if (j == 0) continue;
+    if (cross) {
+      bool consumed;
+      r = kt__wait_watching(req[j - 1], ex, "the inter-host allreduce of a segment", &consumed);
+      if (consumed) waited++;
+      if (r != KT_SUCCESS) {
+        /* As kt__hier_phase reports a failed phase: a dead peer by its rank
+         * in this communicator when its sockets show it. */
+        kt_result dead = consumed ? kt__net_check_peers(ex) : KT_SUCCESS;
+        if (dead != KT_SUCCESS) r = dead;
+        else kt__error_prefix("inter-host allreduce phase: ");
+        break;
+      }
+      size_t lo, hi;
+      piece(counts[me], K, j - 1, &lo, &hi);
+      kt__reduce_finalize(shard + lo * es, hi - lo, op->dtype, op->op, c->size);
+    }
+    r = local_phase(ex, false, K, j - 1, counts, displs, cj, dj);
+  }
+  if (waited < issued) {
+    /* Failed with segments still in the cross communicator's hands: stop it
+     * (peers hear why) and wait until none touches the buffers. */
+    char msg[1024];
+    kt__error_copy(msg, sizeof msg);
+    kt__comm_stop(cross, r);
+    for (int j = waited; j < issued; j++) (void)kt_wait(req[j]);
+    kt__error_set_text(msg);
+  }
+  return r;
+}
 
 kt_result kt__allreduce_hierarchical(kt__exec *ex) {
   const kt__op *op = ex->op;
@@ -27,15 +134,26 @@ kt_result kt__allreduce_hierarchical(kt__exec *ex) {
   int L = local->size, me = local->rank, S = c->shards;
   size_t es = kt_dtype_size(op->dtype), n = op->count;
   char *out = op->recvbuf;
+  /* Segments: the same count on every rank (S is the same everywhere), and
+   * every piece of every shard has an element. */
+  size_t seg = (size_t)KT_MAX(kt__param_HIER_SEGMENT_BYTES(), 0);
+  size_t K = seg > 0 ? KT_MIN(KT_MIN(n * es / seg, (size_t)MAX_SEGMENTS), n / (size_t)S) : 1;
   if (L == 1) { /* alone on this host: only the inter-host phase (S is 1) */
     /* Out of place as given: the TCP algorithms read sendbuf while they
-     * send, where a copy first would leave the link idle for its length. */
-    kt__op ar = {.coll = KT_COLL_ALLREDUCE, .sendbuf = op->sendbuf, .recvbuf = out, .count = n,
-                 .dtype = op->dtype, .op = op->op};
-    KT_CHECK(kt__hier_phase(ex, cross, &ar, "inter-host allreduce"));
-    kt__reduce_finalize(out, n, op->dtype, op->op, c->size);
+     * send, where a copy first would leave the link idle for its length.
+     * With segments, one after the other: nothing here to overlap. */
+    K = KT_MAX(K, (size_t)1);
+    for (int j = 0; j < (int)K; j++) {
+      size_t lo, hi;
+      piece(n, (int)K, j, &lo, &hi);
+      kt__op ar = {.coll = KT_COLL_ALLREDUCE, .sendbuf = (const char *)op->sendbuf + lo * es,
+                   .recvbuf = out + lo * es, .count = hi - lo, .dtype = op->dtype, .op = op->op};
+      KT_CHECK(kt__hier_phase(ex, cross, &ar, "inter-host allreduce"));
+      kt__reduce_finalize(out + lo * es, hi - lo, op->dtype, op->op, c->size);
+    }
     return KT_SUCCESS;
   }
+  if (K >= 2) return segmented(ex, (int)K);
   /* The parent's scratch: its own algorithms never run during the phases. */
   size_t *counts = kt__scratch(c, 2 * (size_t)L * sizeof *counts);
   if (!counts) return kt__err(KT_ERR_NO_MEMORY, "allreduce: out of memory");

@@ -137,10 +137,14 @@ static void parse_forced(void) { parse_algo_spec(kt__param_ALGO(), forced); }
 #define ALPHA_US 20.0
 #define BETA_US_PER_BYTE (1.0 / 2000.0) /* ~2 GB/s */
 /* Recursive doubling reduces what it received only once all of it is there
- * (the ring reduces chunks as they arrive): its reduction is exposed. Fitted
- * to 2 netns hosts x 1 rank, where the ring overtook it between 1 and 4 MiB
- * (docs/algorithms.md). */
-#define GAMMA_US_PER_BYTE (1.0 / 50000.0)
+ * (the ring reduces chunks as they arrive): its reduction is exposed, and its
+ * one exchange of the whole message kept shaped links below their rate.
+ * Fitted to netns hosts x 1 rank on 1, 2, 10 Gbit/s and unshaped links: with
+ * 2 the ring was as fast or faster from 512 KiB on every link and recursive
+ * doubling faster only up to 256 KiB at 10 Gbit/s; with 4, halving-doubling
+ * from 128 KiB (docs/algorithms.md). This puts the change near 370 KiB at 2
+ * ranks and 110 KiB at 4. */
+#define GAMMA_US_PER_BYTE (1.0 / 16000.0)
 
 static int ceil_log2(int p) {
   int l = 0;

@@ -91,6 +91,14 @@ void kt__comm_fail(struct kt_comm_s *c, kt_result r) {
   comm_fail_msg(c, r, msg);
 }
 
+void kt__comm_stop(struct kt_comm_s *c, kt_result r) {
+  kt__comm_fail(c, r);
+  atomic_store(&c->aborted, 1);
+  uint64_t one = 1;
+  ssize_t w = write(c->abort_fd, &one, sizeof one);
+  (void)w;
+}
+
 /* Allocate a communicator shell: everything but the transport. */
 static kt_result comm_alloc(int rank, int size, int64_t timeout_ms, const char *prefix,
                             struct kt_comm_s **out) {

@@ -176,6 +176,18 @@ KT_INTERNAL void kt__comm_fail(struct kt_comm_s *c, kt_result r);
  * req_out NULL: blocking. Takes ownership of op's count arrays. */
 KT_INTERNAL kt_result kt__issue(struct kt_comm_s *c, kt__op *op, kt_request *req_out);
 
+/* Wait for req, an op of child communicator req->comm running on its
+ * progress thread, while watching the peers of the parent op ex (dead or
+ * failed peers, status notices: kt__net_check_peers, kt__net_stuck) and its
+ * deadline (a timeout says it waited for what).
+ * *consumed: req completed and was freed (its result returned, as kt_wait);
+ * else the watch failed while req is still pending: the caller stops the
+ * child (kt__comm_stop) and then kt_waits it. */
+KT_INTERNAL kt_result kt__wait_watching(kt_request req, kt__exec *ex, const char *what, bool *consumed);
+/* kt__comm_fail, and wake an op running on another thread of c (it fails
+ * with KT_ERR_ABORTED; peers get c's failure with this thread's error). */
+KT_INTERNAL void kt__comm_stop(struct kt_comm_s *c, kt_result r);
+
 /* Post a completion tag (src/core/cq.c). */
 KT_INTERNAL void kt__cq_push(struct kt_cq_s *cq, uint64_t tag);
 

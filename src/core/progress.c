@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void op_free_arrays(kt__op *op) {
   free(op->counts);
@@ -148,6 +149,37 @@ kt_result kt_wait(kt_request req) {
   op_free_arrays(&req->op);
   free(req);
   return r;
+}
+
+#define WATCH_SLICE_NS 5000000 /* a watching wait looks at the parent's peers this often */
+
+kt_result kt__wait_watching(kt_request req, kt__exec *ex, const char *what, bool *consumed) {
+  struct kt_comm_s *c = req->comm;
+  *consumed = false;
+  pthread_mutex_lock(&c->mu);
+  while (!atomic_load_explicit(&req->done, memory_order_acquire)) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += WATCH_SLICE_NS;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    c->cv_waiters++;
+    pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    c->cv_waiters--;
+    if (atomic_load_explicit(&req->done, memory_order_acquire)) break;
+    pthread_mutex_unlock(&c->mu);
+    kt_result r = kt__net_check_peers(ex);
+    if (r == KT_SUCCESS) r = kt__net_stuck(ex);
+    /* The child's op has a deadline of its own, from its later start. */
+    if (r == KT_SUCCESS && kt__now_ns() >= ex->deadline_ns) r = kt__net_timeout(ex, what);
+    if (r != KT_SUCCESS) return r;
+    pthread_mutex_lock(&c->mu);
+  }
+  pthread_mutex_unlock(&c->mu);
+  *consumed = true;
+  return kt_wait(req);
 }
 
 kt_result kt_test(kt_request req, int *done) {
