@@ -18,9 +18,13 @@
  * link carries (H-1)/H n in and out, against a flat ring's steps between the
  * ranks of a host too; in memory, each rank copies its block in and every
  * other block of its host out (step 1), and each block from another host in
- * once (its holder) and out L - 1 times (step 3). */
+ * once (its holder) and out L - 1 times (step 3).
+ * From 2 x KAITIAN_HIER_SEGMENT_BYTES in all, the blocks go in pieces whose
+ * inter-host phases run on the cross communicator's thread (hier.c). */
 #include "coll.h"
 
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 kt_result kt__allgatherv_hierarchical(kt__exec *ex) {
@@ -53,6 +57,83 @@ kt_result kt__allgatherv_hierarchical(kt__exec *ex) {
   if (!lcounts) return kt__err(KT_ERR_NO_MEMORY, "%s: out of memory", kt__coll_name(op->coll));
   size_t *ldispls = lcounts + L, *xcounts = ldispls + L, *xdispls = xcounts + H;
 
+  /* Segments: each block cut into K pieces, piece q of all three steps at a
+   * time, the inter-host allgathers (step 2) on the cross communicator's
+   * thread: every local rank runs step 1 of piece 0, step 1 of piece 1, step
+   * 3 of piece 0, step 1 of piece 2, ..., so that piece q crosses while the
+   * host gathers q + 1 and hands on q - 1. */
+  size_t total = 0, least = SIZE_MAX; /* elements in all, and of the smallest non-empty block */
+  for (int r = 0; r < c->size; r++) {
+    total += CNT(r);
+    if (CNT(r)) least = KT_MIN(least, CNT(r));
+  }
+  int rounds = (most + S - 1) / S; /* of step 2 */
+  int K = total ? kt__hier_segments(total * es, KT_MIN(least, (size_t)KT_HIER_MAX_SEGMENTS * 4 / (size_t)rounds)) : 1;
+  if (K > 1) {
+    kt__xpipe xp = {0};
+    kt_result r = KT_SUCCESS;
+    if (L == 1 && op->sendbuf != out + DSP(c->rank) * es) /* alone: step 1 is this copy */
+      memcpy(out + DSP(c->rank) * es, op->sendbuf, CNT(c->rank) * es);
+    for (int q = 0; q <= K && r == KT_SUCCESS; q++) {
+      if (q < K && L > 1) { /* 1. Piece q of the host's blocks. */
+        for (int j = 0; j < L; j++) {
+          HOLD(lcounts, ldispls, j, h, j);
+          size_t lo, hi;
+          kt__hier_piece(lcounts[j], K, q, &lo, &hi);
+          lcounts[j] = hi - lo;
+          ldispls[j] += lo;
+        }
+        size_t lo, hi;
+        kt__hier_piece(CNT(c->rank), K, q, &lo, &hi);
+        kt__op ag = {.coll = KT_COLL_ALLGATHERV, .sendbuf = (const char *)op->sendbuf + lo * es, .recvbuf = out,
+                     .count = hi - lo, .dtype = op->dtype, .counts = lcounts, .displs = ldispls};
+        r = kt__hier_phase(ex, local, &ag, "intra-host allgather");
+      }
+      /* 2. Piece q of local rank me + tS of every host, issued. */
+      for (int j = me; q < K && cross && j < most && r == KT_SUCCESS; j += S) {
+        /* The op owns its count arrays (kt__issue): freed when it is waited for. */
+        size_t *xc = malloc((size_t)cross->size * sizeof *xc), *xd = malloc((size_t)cross->size * sizeof *xd);
+        if (!xc || !xd) {
+          free(xc);
+          free(xd);
+          r = kt__err(KT_ERR_NO_MEMORY, "%s: out of memory", kt__coll_name(op->coll));
+          break;
+        }
+        for (int i = 0; i < cross->size; i++) {
+          HOLD(xc, xd, i, hs->of[cross->label[i]], j);
+          size_t lo, hi;
+          kt__hier_piece(xc[i], K, q, &lo, &hi);
+          xc[i] = hi - lo;
+          xd[i] += lo;
+        }
+        size_t mine = xc[cross->rank];
+        kt__op ag = {.coll = KT_COLL_ALLGATHERV, .sendbuf = AT(mine, xd[cross->rank]), .recvbuf = out, .count = mine,
+                     .dtype = op->dtype, .counts = xc, .displs = xd};
+        r = kt__xpipe_issue(ex, &xp, &ag);
+      }
+      if (q == 0 || r != KT_SUCCESS) continue;
+      /* 3. Piece q - 1 of what local ranks 0..S-1 received, to the whole host. */
+      for (int j = me; j < most && cross && r == KT_SUCCESS; j += S) r = kt__xpipe_wait(ex, &xp, "inter-host allgather");
+      for (int g = 0; g < H && L > 1 && r == KT_SUCCESS; g++)
+        for (int t = 0; g != h && t * S < NLOCAL(g) && r == KT_SUCCESS; t++) {
+          for (int j = 0; j < L; j++) {
+            if (j < S) {
+              HOLD(lcounts, ldispls, j, g, j + t * S);
+              size_t lo, hi;
+              kt__hier_piece(lcounts[j], K, q - 1, &lo, &hi);
+              lcounts[j] = hi - lo;
+              ldispls[j] += lo;
+            } else {
+              lcounts[j] = ldispls[j] = 0;
+            }
+          }
+          kt__op ag = {.coll = KT_COLL_ALLGATHERV, .sendbuf = AT(lcounts[me], ldispls[me]), .recvbuf = out,
+                       .count = lcounts[me], .dtype = op->dtype, .counts = lcounts, .displs = ldispls};
+          r = kt__hier_phase(ex, local, &ag, "intra-host allgather of another host's blocks");
+        }
+    }
+    return kt__xpipe_end(ex, &xp, r);
+  }
   /* 1. The host's blocks, into place on every rank of the host. */
   if (L > 1) {
     for (int j = 0; j < L; j++) HOLD(lcounts, ldispls, j, h, j);

@@ -24,7 +24,7 @@ kt_result kt__allgatherv_shm(kt__exec *ex) {
     maxlen = KT_MAX(maxlen, (v ? op->counts[r] : op->count) * es);
     total += (v ? op->counts[r] : op->count) * es;
   }
-  bool stream = kt__stream_output(total * (size_t)p);
+  bool stream = kt__stream_output_ex(ex, total * (size_t)p);
 #define BLOCK(r) (out + (v ? op->displs[r] : (size_t)(r) * op->count) * es)
 #define LEN(r) ((v ? op->counts[r] : op->count) * es)
   if (LEN(me) > 0 && op->sendbuf != BLOCK(me)) memcpy(BLOCK(me), op->sendbuf, LEN(me));

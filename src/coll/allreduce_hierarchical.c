@@ -31,14 +31,6 @@
 
 #include <string.h>
 
-#define MAX_SEGMENTS 16
-
-/* Piece j of K of a block of count elements: [lo, hi). */
-static void piece(size_t count, int K, int j, size_t *lo, size_t *hi) {
-  *lo = count / (size_t)K * (size_t)j + KT_MIN((size_t)j, count % (size_t)K);
-  *hi = count / (size_t)K * (size_t)(j + 1) + KT_MIN((size_t)(j + 1), count % (size_t)K);
-}
-
 /* The local phase (RS or AG) of segment j: piece j of every rank's shard. */
 static kt_result local_phase(kt__exec *ex, bool rs, int K, int j, const size_t *counts, const size_t *displs,
                              size_t *cj, size_t *dj) {
@@ -48,7 +40,7 @@ static kt_result local_phase(kt__exec *ex, bool rs, int K, int j, const size_t *
   size_t es = kt_dtype_size(op->dtype), total = 0;
   for (int r = 0; r < L; r++) {
     size_t lo, hi;
-    piece(counts[r], K, j, &lo, &hi);
+    kt__hier_piece(counts[r], K, j, &lo, &hi);
     cj[r] = hi - lo;
     dj[r] = displs[r] + lo;
     total += cj[r];
@@ -80,8 +72,7 @@ static kt_result segmented(kt__exec *ex, int K) {
   size_t *displs = counts + L, *cj = displs + L, *dj = cj + L;
   kt__hier_shards(op->count, S, L, counts, displs);
   char *shard = (char *)op->recvbuf + displs[me] * es;
-  kt_request req[MAX_SEGMENTS] = {0};
-  int issued = 0, waited = 0; /* cross allreduces issued, and completed */
+  kt__xpipe xp = {0};
   kt_result r = KT_SUCCESS;
   for (int j = 0; j <= K && r == KT_SUCCESS; j++) {
     if (j < K) {
@@ -89,43 +80,24 @@ static kt_result segmented(kt__exec *ex, int K) {
       if (r != KT_SUCCESS) break;
       if (cross) {
         size_t lo, hi;
-        piece(counts[me], K, j, &lo, &hi);
+        kt__hier_piece(counts[me], K, j, &lo, &hi);
         kt__op ar = {.coll = KT_COLL_ALLREDUCE, .sendbuf = shard + lo * es, .recvbuf = shard + lo * es,
-                     .count = hi - lo, .dtype = op->dtype, .op = op->op, .partial = true};
-        r = kt__issue(cross, &ar, &req[j]);
+                     .count = hi - lo, .dtype = op->dtype, .op = op->op};
+        r = kt__xpipe_issue(ex, &xp, &ar);
         if (r != KT_SUCCESS) break;
-        issued++;
       }
     }
     if (j == 0) continue;
     if (cross) {
-      bool consumed;
-      r = kt__wait_watching(req[j - 1], ex, "the inter-host allreduce of a segment", &consumed);
-      if (consumed) waited++;
-      if (r != KT_SUCCESS) {
-        /* As kt__hier_phase reports a failed phase: a dead peer by its rank
-         * in this communicator when its sockets show it. */
-        kt_result dead = consumed ? kt__net_check_peers(ex) : KT_SUCCESS;
-        if (dead != KT_SUCCESS) r = dead;
-        else kt__error_prefix("inter-host allreduce phase: ");
-        break;
-      }
+      r = kt__xpipe_wait(ex, &xp, "inter-host allreduce");
+      if (r != KT_SUCCESS) break;
       size_t lo, hi;
-      piece(counts[me], K, j - 1, &lo, &hi);
+      kt__hier_piece(counts[me], K, j - 1, &lo, &hi);
       kt__reduce_finalize(shard + lo * es, hi - lo, op->dtype, op->op, c->size);
     }
     r = local_phase(ex, false, K, j - 1, counts, displs, cj, dj);
   }
-  if (waited < issued) {
-    /* Failed with segments still in the cross communicator's hands: stop it
-     * (peers hear why) and wait until none touches the buffers. */
-    char msg[1024];
-    kt__error_copy(msg, sizeof msg);
-    kt__comm_stop(cross, r);
-    for (int j = waited; j < issued; j++) (void)kt_wait(req[j]);
-    kt__error_set_text(msg);
-  }
-  return r;
+  return kt__xpipe_end(ex, &xp, r);
 }
 
 kt_result kt__allreduce_hierarchical(kt__exec *ex) {
@@ -136,16 +108,14 @@ kt_result kt__allreduce_hierarchical(kt__exec *ex) {
   char *out = op->recvbuf;
   /* Segments: the same count on every rank (S is the same everywhere), and
    * every piece of every shard has an element. */
-  size_t seg = (size_t)KT_MAX(kt__param_HIER_SEGMENT_BYTES(), 0);
-  size_t K = seg > 0 ? KT_MIN(KT_MIN(n * es / seg, (size_t)MAX_SEGMENTS), n / (size_t)S) : 1;
+  int K = kt__hier_segments(n * es, n / (size_t)S);
   if (L == 1) { /* alone on this host: only the inter-host phase (S is 1) */
     /* Out of place as given: the TCP algorithms read sendbuf while they
      * send, where a copy first would leave the link idle for its length.
      * With segments, one after the other: nothing here to overlap. */
-    K = KT_MAX(K, (size_t)1);
-    for (int j = 0; j < (int)K; j++) {
+    for (int j = 0; j < K; j++) {
       size_t lo, hi;
-      piece(n, (int)K, j, &lo, &hi);
+      kt__hier_piece(n, K, j, &lo, &hi);
       kt__op ar = {.coll = KT_COLL_ALLREDUCE, .sendbuf = (const char *)op->sendbuf + lo * es,
                    .recvbuf = out + lo * es, .count = hi - lo, .dtype = op->dtype, .op = op->op};
       KT_CHECK(kt__hier_phase(ex, cross, &ar, "inter-host allreduce"));
@@ -153,7 +123,7 @@ kt_result kt__allreduce_hierarchical(kt__exec *ex) {
     }
     return KT_SUCCESS;
   }
-  if (K >= 2) return segmented(ex, (int)K);
+  if (K >= 2) return segmented(ex, K);
   /* The parent's scratch: its own algorithms never run during the phases. */
   size_t *counts = kt__scratch(c, 2 * (size_t)L * sizeof *counts);
   if (!counts) return kt__err(KT_ERR_NO_MEMORY, "allreduce: out of memory");

@@ -35,7 +35,7 @@ static void direct_share(kt__exec *ex, kt__reduce_fn reduce, char *const *src, c
   size_t share = ((n + (size_t)p - 1) / (size_t)p + align - 1) / align * align;
   size_t lo = KT_MIN((size_t)me * share, n), hi = KT_MIN(lo + share, n);
   _Alignas(64) char blk[KT_SHM_BLOCK];
-  bool stream = kt__stream_output(n * es * (size_t)p);
+  bool stream = kt__stream_output_ex(ex, n * es * (size_t)p);
   for (size_t b0 = lo; b0 < hi; b0 += KT_SHM_BLOCK / es) {
     size_t bn = KT_MIN(KT_SHM_BLOCK / es, hi - b0), at = b0 * es;
     reduce(blk, src[0] + at, src[1] + at, bn);

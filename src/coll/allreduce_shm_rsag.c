@@ -55,7 +55,7 @@ kt_result kt__allreduce_shm_rsag(kt__exec *ex) {
   if (n == 0) return KT_SUCCESS;
   kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
   bool offered = false;
-  bool stream = kt__stream_output(n * es * (size_t)p);
+  bool stream = kt__stream_output_ex(ex, n * es * (size_t)p);
   /* Elements per chunk, a multiple of p shares of whole cache lines where
    * possible. */
   size_t chunk = kt__shm_region_bytes(c) / es;

@@ -48,7 +48,7 @@ kt_result kt__alltoallv_shm(kt__exec *ex) {
   if (RLEN(me) > 0) memmove(rb + ROFF(me), sb + SOFF(me), RLEN(me));
   size_t mine_out = 0; /* this rank's results; about a p-th of the op's */
   for (int s = 0; s < p; s++) mine_out += RLEN(s);
-  bool stream = kt__stream_output(mine_out * (size_t)p);
+  bool stream = kt__stream_output_ex(ex, mine_out * (size_t)p);
   size_t win = kt__shm_region_bytes(c) / (size_t)p / 64 * 64;
   if (win == 0) win = kt__shm_region_bytes(c) / (size_t)p;
   for (size_t off = 0; off < maxlen; off += win) {

@@ -16,7 +16,7 @@ kt_result kt__broadcast_shm(kt__exec *ex) {
   int root = op->root;
   size_t bytes = op->count * kt_dtype_size(op->dtype), chunk = kt__shm_region_bytes(c);
   bool is_root = c->rank == root;
-  bool stream = !is_root && kt__stream_output(bytes * (size_t)c->size);
+  bool stream = !is_root && kt__stream_output_ex(ex, bytes * (size_t)c->size);
   kt__shm_op_begin(ex);
   if (is_root && op->sendbuf != op->recvbuf && bytes) memcpy(op->recvbuf, op->sendbuf, bytes);
   for (size_t off = 0; off < bytes; off += chunk) {

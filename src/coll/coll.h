@@ -79,6 +79,31 @@ KT_INTERNAL void kt__hier_shards(size_t n, int S, int L, size_t *counts, size_t 
 /* The rank in c->cross of its member on host (c->hosts numbering). */
 KT_INTERNAL int kt__hier_cross_rank(const struct kt_comm_s *c, int host);
 
+/* Segments (docs/algorithms.md, "Segments"): how many a hierarchical op of
+ * bytes cuts its message into (KAITIAN_HIER_SEGMENT_BYTES; at most
+ * KT_HIER_MAX_SEGMENTS and at most most_pieces, so that every piece has an
+ * element); 1: none. The same on every rank for the same op. */
+#define KT_HIER_MAX_SEGMENTS 16
+KT_INTERNAL int kt__hier_segments(size_t bytes, size_t most_pieces);
+/* Piece j of k of count elements: [*lo, *hi). */
+static inline void kt__hier_piece(size_t count, int k, int j, size_t *lo, size_t *hi) {
+  *lo = count / (size_t)k * (size_t)j + KT_MIN((size_t)j, count % (size_t)k);
+  *hi = count / (size_t)k * (size_t)(j + 1) + KT_MIN((size_t)(j + 1), count % (size_t)k);
+}
+/* Inter-host phases issued to the cross communicator's progress thread, in
+ * order, while the caller runs the shared-memory ones: issue, then wait for
+ * the oldest (watching the parent's peers and deadline meanwhile); end()
+ * before returning, with the op's result: on failure it stops the cross
+ * communicator and waits for what is still issued, so that nothing touches
+ * the buffers after the op. */
+typedef struct kt__xpipe {
+  kt_request req[KT_HIER_MAX_SEGMENTS * 4];
+  int issued, waited;
+} kt__xpipe;
+KT_INTERNAL kt_result kt__xpipe_issue(kt__exec *ex, kt__xpipe *xp, kt__op *op);
+KT_INTERNAL kt_result kt__xpipe_wait(kt__exec *ex, kt__xpipe *xp, const char *what);
+KT_INTERNAL kt_result kt__xpipe_end(kt__exec *ex, kt__xpipe *xp, kt_result r);
+
 /* Non-powers of two in recursive doubling and halving-doubling
  * (allreduce_recursive_doubling.c): of p ranks, the first 2r (r = p - q, q
  * the largest power of two <= p, kt__fold_pof2) pair up. kt__fold_in: the
@@ -139,6 +164,29 @@ static inline int kt__mod(int a, int p) { return ((a % p) + p) % p; }
 static inline bool kt__stream_output(size_t total_bytes) {
   size_t sb = kt__stream_min_bytes();
   return sb > 0 && total_bytes >= sb;
+}
+/* Bytes of results one rank writes in op (its recvbuf), for the collectives
+ * that have hierarchical algorithms. */
+static inline size_t kt__op_result_bytes(const kt__op *op, int p) {
+  size_t n = op->count;
+  if (op->coll == KT_COLL_ALLGATHERV && op->counts) {
+    n = 0;
+    for (int r = 0; r < p; r++) n += op->counts[r];
+  } else if (op->coll == KT_COLL_ALLGATHER) {
+    n *= (size_t)p;
+  } else if (op->coll == KT_COLL_BARRIER) {
+    n = 0;
+  }
+  return n * kt_dtype_size(op->dtype);
+}
+/* kt__stream_output for op ex, which writes total_bytes; a phase of a
+ * hierarchical op also streams when the parent op's results on this host
+ * (this child's ranks x one rank's) would: the phases of a segmented op are
+ * small, but what they write together does not stay cached either. */
+static inline bool kt__stream_output_ex(const kt__exec *ex, size_t total_bytes) {
+  if (kt__stream_output(total_bytes)) return true;
+  const kt__exec *top = ex->parent;
+  return top && kt__stream_output(kt__op_result_bytes(top->op, top->comm->size) * (size_t)ex->comm->size);
 }
 /* memcpy, or kt__copy_stream when stream. */
 static inline void kt__copy_out(bool stream, void *dst, const void *src, size_t n) {

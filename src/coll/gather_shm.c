@@ -23,7 +23,7 @@ kt_result kt__gather_shm(kt__exec *ex) {
   size_t most = 0;
   size_t total = 0;
   for (int r = 0; r < p; r++) most = KT_MAX(most, LEN(r)), total += LEN(r);
-  bool stream = me == root && kt__stream_output(total); /* the root writes every block */
+  bool stream = me == root && kt__stream_output_ex(ex, total); /* the root writes every block */
   if (me == root && LEN(me) > 0 && op->sendbuf != BLOCK(me)) memcpy(BLOCK(me), op->sendbuf, LEN(me));
   for (size_t off = 0; off < most; off += chunk) {
     int par;

@@ -1,7 +1,11 @@
 /* hier.c - what the hierarchical algorithms (*_hierarchical.c) share: running
  * one phase of an op on a child communicator, the shards a message is cut
- * into, and where a host's rank sits in this rank's `cross`. */
+ * into, where a host's rank sits in this rank's `cross`, and the segments
+ * whose inter-host phases run on the cross communicator's thread. */
 #include "coll.h"
+
+#include <stdio.h>
+#include <stdlib.h>
 
 /* The phase's op carries the parent's operation (AVG included: it only sums,
  * `partial`), so the children's signature checks catch a mismatch in it; its
@@ -34,4 +38,60 @@ int kt__hier_cross_rank(const struct kt_comm_s *c, int host) {
   for (int i = 0; i < x->size; i++)
     if (c->hosts->of[x->label[i]] == host) return i;
   return -1; /* not reached: cross has one rank of every host */
+}
+
+int kt__hier_segments(size_t bytes, size_t most_pieces) {
+  size_t seg = (size_t)KT_MAX(kt__param_HIER_SEGMENT_BYTES(), 0);
+  if (seg == 0) return 1;
+  size_t k = KT_MIN(KT_MIN(bytes / seg, (size_t)KT_HIER_MAX_SEGMENTS), most_pieces);
+  return k >= 2 ? (int)k : 1;
+}
+
+kt_result kt__xpipe_issue(kt__exec *ex, kt__xpipe *xp, kt__op *op) {
+  if (xp->issued == (int)(sizeof xp->req / sizeof xp->req[0])) {
+    free(op->counts); /* owned by the op, as kt__issue would */
+    free(op->displs);
+    return kt__err(KT_ERR_INTERNAL, "too many inter-host phases in flight");
+  }
+  op->partial = true;
+  kt_result r = kt__issue(ex->comm->cross, op, &xp->req[xp->issued]);
+  if (r == KT_SUCCESS) xp->issued++;
+  return r;
+}
+
+kt_result kt__xpipe_wait(kt__exec *ex, kt__xpipe *xp, const char *what) {
+  if (xp->waited >= xp->issued) return kt__err(KT_ERR_INTERNAL, "no inter-host phase to wait for");
+  bool consumed;
+  char waiting[160];
+  snprintf(waiting, sizeof waiting, "the %s of a segment", what);
+  kt_result r = kt__wait_watching(xp->req[xp->waited], ex, waiting, &consumed);
+  if (consumed) xp->waited++;
+  if (r == KT_SUCCESS) return KT_SUCCESS;
+  /* As kt__hier_phase reports a failed phase: a dead peer by its rank in
+   * this communicator when its sockets show it. */
+  kt_result dead = consumed ? kt__net_check_peers(ex) : KT_SUCCESS;
+  if (dead != KT_SUCCESS) return dead;
+  if (consumed && r == KT_ERR_TIMEOUT) {
+    /* The segment started after this op, with the same timeout: this op's
+     * deadline has passed too, and its view names the ranks it has not
+     * heard from (the segment's names only its own peers, which may wait
+     * for a stopped rank of their host). */
+    char child[1024];
+    kt__error_copy(child, sizeof child);
+    return kt__net_timeout(ex, waiting, child);
+  }
+  kt__error_prefix("%s phase: ", what);
+  return r;
+}
+
+kt_result kt__xpipe_end(kt__exec *ex, kt__xpipe *xp, kt_result r) {
+  if (xp->waited == xp->issued) return r;
+  /* Only after a failure: stop the cross communicator (its peers hear why)
+   * and wait until none of its ops touches the buffers. */
+  char msg[1024];
+  kt__error_copy(msg, sizeof msg);
+  kt__comm_stop(ex->comm->cross, r != KT_SUCCESS ? r : KT_ERR_INTERNAL);
+  for (; xp->waited < xp->issued; xp->waited++) (void)kt_wait(xp->req[xp->waited]);
+  kt__error_set_text(msg);
+  return r != KT_SUCCESS ? r : kt__err(KT_ERR_INTERNAL, "inter-host phases left unwaited");
 }

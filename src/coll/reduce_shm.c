@@ -40,7 +40,7 @@ kt_result kt__reduce_shm(kt__exec *ex) {
   kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
   size_t share_max = kt__shm_region_bytes(c) / es / (size_t)p;
   if (share_max == 0) share_max = 1;
-  bool stream = me == op->root && kt__stream_output(n * es); /* only the root writes results */
+  bool stream = me == op->root && kt__stream_output_ex(ex, n * es); /* only the root writes results */
   for (size_t base = 0; base < n; base += share_max * (size_t)p) {
     size_t len = KT_MIN(share_max * (size_t)p, n - base);
     size_t share = (len + (size_t)p - 1) / (size_t)p;

@@ -16,7 +16,7 @@ kt_result kt__scatter_shm(kt__exec *ex) {
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   size_t win = kt__shm_region_bytes(c) / (size_t)p / 64 * 64;
   const char *sb = op->sendbuf;
-  bool stream = me != root && kt__stream_output(bytes * (size_t)p);
+  bool stream = me != root && kt__stream_output_ex(ex, bytes * (size_t)p);
   kt__shm_op_begin(ex);
   if (me == root && bytes && op->recvbuf != sb + (size_t)me * bytes)
     memcpy(op->recvbuf, sb + (size_t)me * bytes, bytes);

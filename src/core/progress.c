@@ -173,7 +173,7 @@ kt_result kt__wait_watching(kt_request req, kt__exec *ex, const char *what, bool
     kt_result r = kt__net_check_peers(ex);
     if (r == KT_SUCCESS) r = kt__net_stuck(ex);
     /* The child's op has a deadline of its own, from its later start. */
-    if (r == KT_SUCCESS && kt__now_ns() >= ex->deadline_ns) r = kt__net_timeout(ex, what);
+    if (r == KT_SUCCESS && kt__now_ns() >= ex->deadline_ns) r = kt__net_timeout(ex, what, NULL);
     if (r != KT_SUCCESS) return r;
     pthread_mutex_lock(&c->mu);
   }

@@ -681,15 +681,15 @@ static kt_result describe_timeout(kt__exec *ex) {
                  quiet);
 }
 
-kt_result kt__net_timeout(kt__exec *ex, const char *what) {
+kt_result kt__net_timeout(kt__exec *ex, const char *what, const char *detail) {
   struct kt_comm_s *c = ex->comm;
   char quiet[256] = "";
   if (c->tcp) quiet_ranks(ex, quiet, sizeof quiet);
-  return kt__err(KT_ERR_TIMEOUT, "rank %d: op #%llu %s timed out after %lld ms (KAITIAN_TIMEOUT) waiting for %s%s%s",
+  return kt__err(KT_ERR_TIMEOUT, "rank %d: op #%llu %s timed out after %lld ms (KAITIAN_TIMEOUT) waiting for %s%s%s%s%s",
                  kt__rank_label(c, c->rank), (unsigned long long)ex->op->seq, kt__coll_name(ex->op->coll),
                  (long long)c->timeout_ms, what,
                  quiet[0] ? "; nothing heard since the op began (stopped, hung, cut off or busy elsewhere) from" : "",
-                 quiet);
+                 quiet, detail ? "; it reported: " : "", detail ? detail : "");
 }
 
 kt_result kt__net_progress(kt__exec *ex, bool block) {

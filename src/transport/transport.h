@@ -65,8 +65,9 @@ KT_INTERNAL void kt__net_op_begin(kt__exec *ex);
  * when none of their messages ever reaches the other. */
 KT_INTERNAL kt_result kt__net_stuck(kt__exec *ex);
 /* KT_ERR_TIMEOUT for op ex, which waited for what (a phase running on
- * another thread), naming the peers not heard from since it began. */
-KT_INTERNAL kt_result kt__net_timeout(kt__exec *ex, const char *what);
+ * another thread), naming the peers not heard from since it began; detail
+ * (or NULL): what that phase reported. */
+KT_INTERNAL kt_result kt__net_timeout(kt__exec *ex, const char *what, const char *detail);
 /* Progress until x (or all n of xs) complete. */
 KT_INTERNAL kt_result kt__net_wait(kt__exec *ex, kt__xfer *x);
 KT_INTERNAL kt_result kt__net_waitall(kt__exec *ex, kt__xfer *xs, int n);
