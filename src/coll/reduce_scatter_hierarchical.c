@@ -22,9 +22,13 @@
  * of n (H phases when the hosts are alike), S concurrent ring reduce-scatters
  * of about n/S among H ranks ((H-1)/H of it sent per rank), so every host's
  * link carries about (H-1)/H n, against a flat ring's TCP steps between the
- * ranks of a host too. */
+ * ranks of a host too.
+ * Where every host has S > 1 ranks, from 2 x KAITIAN_HIER_SEGMENT_BYTES of
+ * input, in segments whose inter-host phases run on the cross communicator's
+ * thread (hier.c). */
 #include "coll.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 kt_result kt__reduce_scatter_hierarchical(kt__exec *ex) {
@@ -51,6 +55,54 @@ kt_result kt__reduce_scatter_hierarchical(kt__exec *ex) {
   size_t *a2a = ldispls + L; /* 4 L: send counts, send displs, receive counts, receive displs */
   char *Z = (char *)zoff + at;
   for (int g = 0, z = 0; g < H; z += me < S ? NCLASS(me, g) : 0, g++) zoff[g] = (size_t)z * m;
+
+  /* Segments, where every host has S > 1 ranks (one block per class and
+   * host, so a piece of each block is contiguous in Z and nothing is handed
+   * over): each block's elements cut into K pieces; piece q of step 1 runs
+   * while piece q - 1 crosses (its reduce-scatter issued to the cross
+   * communicator's thread). */
+  bool even = S > 1;
+  for (int g = 0; g < H; g++) even = even && NLOCAL(g) == S;
+  int K = even ? kt__hier_segments(bytes * (size_t)c->size, m) : 1;
+  if (K > 1) {
+    kt__xpipe xp = {0};
+    kt_result r = KT_SUCCESS;
+    for (int q = 0; q <= K && r == KT_SUCCESS; q++) {
+      size_t lo, hi;
+      kt__hier_piece(m, K, q < K ? q : q - 1, &lo, &hi);
+      for (int g = 0; q < K && g < H && r == KT_SUCCESS; g++) { /* 1. Piece q, block (g, k) to local rank k. */
+        for (int k = 0; k < L; k++) {
+          lcounts[k] = hi - lo;
+          ldispls[k] = (size_t)RANK(g, k) * m + lo;
+        }
+        kt__op rs = {.coll = KT_COLL_REDUCE_SCATTER, .sendbuf = in, .recvbuf = Z + (zoff[g] + lo) * es,
+                     .count = (hi - lo) * (size_t)L, .dtype = op->dtype, .op = op->op, .counts = lcounts,
+                     .displs = ldispls};
+        r = kt__hier_phase(ex, local, &rs, "intra-host reduce-scatter");
+      }
+      if (q < K && r == KT_SUCCESS) { /* 2. Piece q over the hosts, issued; the op owns its arrays. */
+        size_t *xc = malloc((size_t)H * sizeof *xc), *xd = malloc((size_t)H * sizeof *xd);
+        if (!xc || !xd) {
+          free(xc);
+          free(xd);
+          r = kt__err(KT_ERR_NO_MEMORY, "reduce_scatter: out of memory");
+          break;
+        }
+        for (int i = 0; i < cross->size; i++) {
+          xc[i] = hi - lo;
+          xd[i] = zoff[hs->of[cross->label[i]]] + lo;
+        }
+        kt__op rs = {.coll = KT_COLL_REDUCE_SCATTER, .sendbuf = Z, .recvbuf = out + lo * es,
+                     .count = (hi - lo) * (size_t)H, .dtype = op->dtype, .op = op->op, .counts = xc, .displs = xd};
+        r = kt__xpipe_issue(ex, &xp, &rs);
+      }
+      if (q == 0 || r != KT_SUCCESS) continue;
+      kt__hier_piece(m, K, q - 1, &lo, &hi);
+      r = kt__xpipe_wait(ex, &xp, "inter-host reduce-scatter");
+      if (r == KT_SUCCESS) kt__op_finalize(op, out + lo * es, hi - lo, c->size);
+    }
+    return kt__xpipe_end(ex, &xp, r);
+  }
 
   /* 1. Class me summed over the host into Z: block (g, k + tS) to local rank k. */
   for (int g = 0; g < H && L > 1; g++)

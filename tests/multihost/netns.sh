@@ -51,8 +51,9 @@
 #   root (0 and size-1: a node's extra rank, or a rank alone on its node):
 #   with the tuner's picks, where rank 0's INFO log must show each of them
 #   run 'hierarchical' (on 3+2 also with tiny shared-memory regions, ring
-#   segments and chunks; allreduce, broadcast and allgather(v) on 3+2 and
-#   2+2+1 also in segments of 1000 bytes), and with the flat TCP algorithms forced through
+#   segments and chunks; allreduce, broadcast and allgather(v) on 3+2,
+#   2+2+1 and 2+2, and reduce_scatter on 2+2, also in segments of 1000
+#   bytes), and with the flat TCP algorithms forced through
 #   KAITIAN_ALGO, where it must show the forced ones and no hierarchical one
 #   (on 2+2+2 allreduce is halving_doubling). Then on 4 nodes: 1 rank each,
 #   where the tuner's flat allreduce must run both recursive_doubling and
@@ -485,11 +486,12 @@ if [ "$MODE" = hier ]; then
   step "hier 3b. the same with small shared-memory regions, ring segments and chunks: every phase in many pieces"
   HIER_ENV="KAITIAN_SHM_CHUNK_BYTES=4160 KAITIAN_RING_SEGMENT_BYTES=20000 KAITIAN_CHUNK_BYTES=1001"
   hier_job hier32small 2 3,0,4,1,2 5 $ALL_HIER --quick
-  step "hier 3c. allreduce, broadcast and allgather(v) in segments (KAITIAN_HIER_SEGMENT_BYTES=1000: 2-16 of them, the inter-host phases on the cross communicator's thread) on 3+2 and 2+2+1"
+  step "hier 3c. in segments (KAITIAN_HIER_SEGMENT_BYTES=1000: 2-16 of them, the inter-host phases on the cross communicator's thread): allreduce, broadcast and allgather(v) on 3+2 and 2+2+1, and with reduce_scatter (segmented only where the hosts' ranks are alike) on 2+2"
   HIER_ENV="KAITIAN_HIER_SEGMENT_BYTES=1000"
   hier_job hier32seg 2 3,0,4,1,2 5 allreduce,broadcast,allgather,allgatherv --quick
   NPROCS=""
   hier_job hier221seg 3 4,0,2,1,3 5 allreduce,broadcast,allgather,allgatherv --quick
+  hier_job hier22seg 2 2,0,1,3 4 reduce_scatter,allreduce,broadcast,allgather,allgatherv --quick
   NPROCS="3 2"
   HIER_ENV=""
   step "hier 4. 2+2+1 ranks as 4,0,2,1,3 (rank 5 left out): 1 shard, root 0 alone on its node"
