@@ -72,7 +72,7 @@ kt_result kt__allgatherv_hierarchical(kt__exec *ex) {
   if (K > 1) {
     kt__xpipe xp = {0};
     kt_result r = KT_SUCCESS;
-    if (L == 1 && op->sendbuf != out + DSP(c->rank) * es) /* alone: step 1 is this copy */
+    if (L == 1 && CNT(c->rank) && op->sendbuf != out + DSP(c->rank) * es) /* alone: step 1 is this copy */
       memcpy(out + DSP(c->rank) * es, op->sendbuf, CNT(c->rank) * es);
     for (int q = 0; q <= K && r == KT_SUCCESS; q++) {
       if (q < K && L > 1) { /* 1. Piece q of the host's blocks. */
@@ -85,7 +85,8 @@ kt_result kt__allgatherv_hierarchical(kt__exec *ex) {
         }
         size_t lo, hi;
         kt__hier_piece(CNT(c->rank), K, q, &lo, &hi);
-        kt__op ag = {.coll = KT_COLL_ALLGATHERV, .sendbuf = (const char *)op->sendbuf + lo * es, .recvbuf = out,
+        kt__op ag = {.coll = KT_COLL_ALLGATHERV, .sendbuf = hi > lo ? (const char *)op->sendbuf + lo * es : op->sendbuf,
+                     .recvbuf = out,
                      .count = hi - lo, .dtype = op->dtype, .counts = lcounts, .displs = ldispls};
         r = kt__hier_phase(ex, local, &ag, "intra-host allgather");
       }

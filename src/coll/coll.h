@@ -186,7 +186,9 @@ static inline size_t kt__op_result_bytes(const kt__op *op, int p) {
 static inline bool kt__stream_output_ex(const kt__exec *ex, size_t total_bytes) {
   if (kt__stream_output(total_bytes)) return true;
   const kt__exec *top = ex->parent;
-  return top && kt__stream_output(kt__op_result_bytes(top->op, top->comm->size) * (size_t)ex->comm->size);
+  if (!top) return false;
+  size_t writers = top->op->coll == KT_COLL_REDUCE ? 1 : (size_t)ex->comm->size; /* a reduce: the root */
+  return kt__stream_output(kt__op_result_bytes(top->op, top->comm->size) * writers);
 }
 /* memcpy, or kt__copy_stream when stream. */
 static inline void kt__copy_out(bool stream, void *dst, const void *src, size_t n) {

@@ -71,7 +71,7 @@ kt_result kt__xpipe_wait(kt__exec *ex, kt__xpipe *xp, const char *what) {
    * this communicator when its sockets show it. */
   kt_result dead = consumed ? kt__net_check_peers(ex) : KT_SUCCESS;
   if (dead != KT_SUCCESS) return dead;
-  if (consumed && r == KT_ERR_TIMEOUT) {
+  if (consumed && r == KT_ERR_TIMEOUT && kt__now_ns() >= ex->deadline_ns) {
     /* The segment started after this op, with the same timeout: this op's
      * deadline has passed too, and its view names the ranks it has not
      * heard from (the segment's names only its own peers, which may wait

@@ -328,12 +328,15 @@ static void log_first_use(struct kt_comm_s *c, const kt__op *op, kt__algo_fn fn)
 }
 
 /* A phase (parent set) keeps its parent's deadline; an op of its own gets
- * the communicator's timeout from now. */
+ * the communicator's timeout from now. A phase issued to a child's progress
+ * thread (`partial`, no parent: the segments of hier.c) is a phase for the
+ * tuner too: KAITIAN_ALGO applies to the calls a program makes. */
 static kt_result execute(struct kt_comm_s *c, const kt__op *op, kt__exec *parent) {
   const char *name = "?";
-  kt__algo_fn fn = kt__tune(c, op, parent != NULL, &name);
+  bool phase = parent != NULL || op->partial;
+  kt__algo_fn fn = kt__tune(c, op, phase, &name);
   if (!fn) return kt__err(KT_ERR_INTERNAL, "no algorithm for %s", kt__coll_name(op->coll));
-  if (!parent && kt__log_level >= KT_LOG_INFO) log_first_use(c, op, fn);
+  if (!phase && kt__log_level >= KT_LOG_INFO) log_first_use(c, op, fn);
   KT_TRACE("rank %d: op #%llu %s count %zu %s -> %s", c->rank, (unsigned long long)op->seq,
            kt__coll_name(op->coll), op->count, kt_dtype_name(op->dtype), name);
   /* One clock read per op: the deadline (unless a parent's) and the

@@ -92,7 +92,15 @@ void kt__comm_fail(struct kt_comm_s *c, kt_result r) {
 }
 
 void kt__comm_stop(struct kt_comm_s *c, kt_result r) {
-  kt__comm_fail(c, r);
+  /* Only state and the eventfd: c's sockets belong to the thread running its
+   * op, which fails at once (KT_ERR_ABORTED). Its peers hear of the failure
+   * from the parent communicator's abort notice. */
+  pthread_mutex_lock(&c->mu);
+  if (atomic_load(&c->broken) == 0) {
+    kt__error_copy(c->broken_msg, sizeof c->broken_msg);
+    atomic_store(&c->broken, (int)r);
+  }
+  pthread_mutex_unlock(&c->mu);
   atomic_store(&c->aborted, 1);
   uint64_t one = 1;
   ssize_t w = write(c->abort_fd, &one, sizeof one);

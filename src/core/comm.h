@@ -184,8 +184,9 @@ KT_INTERNAL kt_result kt__issue(struct kt_comm_s *c, kt__op *op, kt_request *req
  * else the watch failed while req is still pending: the caller stops the
  * child (kt__comm_stop) and then kt_waits it. */
 KT_INTERNAL kt_result kt__wait_watching(kt_request req, kt__exec *ex, const char *what, bool *consumed);
-/* kt__comm_fail, and wake an op running on another thread of c (it fails
- * with KT_ERR_ABORTED; peers get c's failure with this thread's error). */
+/* Break c with r and this thread's error text (first failure wins) and wake
+ * an op running on c's progress thread (it fails with KT_ERR_ABORTED). No
+ * message to c's peers from this thread: they hear from the parent's. */
 KT_INTERNAL void kt__comm_stop(struct kt_comm_s *c, kt_result r);
 
 /* Post a completion tag (src/core/cq.c). */

@@ -50,7 +50,7 @@ static void cv_wait(struct kt_comm_s *c) {
 
 static void *progress_main(void *arg) {
   struct kt_comm_s *c = arg;
-  kt__log_set_rank(c->rank);
+  kt__log_set_rank(kt__rank_label(c, c->rank)); /* a hierarchy child's: the parent's rank */
   pthread_mutex_lock(&c->mu);
   for (;;) {
     while ((!c->qhead || c->busy) && !(c->stopping && !c->qhead)) cv_wait(c);
