@@ -76,13 +76,8 @@ kt_result kt__allgatherv_hierarchical(kt__exec *ex) {
       memcpy(out + DSP(c->rank) * es, op->sendbuf, CNT(c->rank) * es);
     for (int q = 0; q <= K && r == KT_SUCCESS; q++) {
       if (q < K && L > 1) { /* 1. Piece q of the host's blocks. */
-        for (int j = 0; j < L; j++) {
-          HOLD(lcounts, ldispls, j, h, j);
-          size_t lo, hi;
-          kt__hier_piece(lcounts[j], K, q, &lo, &hi);
-          lcounts[j] = hi - lo;
-          ldispls[j] += lo;
-        }
+        for (int j = 0; j < L; j++) HOLD(lcounts, ldispls, j, h, j);
+        kt__hier_narrow(lcounts, ldispls, L, K, q, lcounts, ldispls);
         size_t lo, hi;
         kt__hier_piece(CNT(c->rank), K, q, &lo, &hi);
         kt__op ag = {.coll = KT_COLL_ALLGATHERV, .sendbuf = hi > lo ? (const char *)op->sendbuf + lo * es : op->sendbuf,
@@ -100,13 +95,8 @@ kt_result kt__allgatherv_hierarchical(kt__exec *ex) {
           r = kt__err(KT_ERR_NO_MEMORY, "%s: out of memory", kt__coll_name(op->coll));
           break;
         }
-        for (int i = 0; i < cross->size; i++) {
-          HOLD(xc, xd, i, hs->of[cross->label[i]], j);
-          size_t lo, hi;
-          kt__hier_piece(xc[i], K, q, &lo, &hi);
-          xc[i] = hi - lo;
-          xd[i] += lo;
-        }
+        for (int i = 0; i < cross->size; i++) HOLD(xc, xd, i, hs->of[cross->label[i]], j);
+        kt__hier_narrow(xc, xd, cross->size, K, q, xc, xd);
         size_t mine = xc[cross->rank];
         kt__op ag = {.coll = KT_COLL_ALLGATHERV, .sendbuf = AT(mine, xd[cross->rank]), .recvbuf = out, .count = mine,
                      .dtype = op->dtype, .counts = xc, .displs = xd};
@@ -118,16 +108,10 @@ kt_result kt__allgatherv_hierarchical(kt__exec *ex) {
       for (int g = 0; g < H && L > 1 && r == KT_SUCCESS; g++)
         for (int t = 0; g != h && t * S < NLOCAL(g) && r == KT_SUCCESS; t++) {
           for (int j = 0; j < L; j++) {
-            if (j < S) {
-              HOLD(lcounts, ldispls, j, g, j + t * S);
-              size_t lo, hi;
-              kt__hier_piece(lcounts[j], K, q - 1, &lo, &hi);
-              lcounts[j] = hi - lo;
-              ldispls[j] += lo;
-            } else {
-              lcounts[j] = ldispls[j] = 0;
-            }
+            if (j < S) HOLD(lcounts, ldispls, j, g, j + t * S);
+            else lcounts[j] = ldispls[j] = 0;
           }
+          kt__hier_narrow(lcounts, ldispls, L, K, q - 1, lcounts, ldispls);
           kt__op ag = {.coll = KT_COLL_ALLGATHERV, .sendbuf = AT(lcounts[me], ldispls[me]), .recvbuf = out,
                        .count = lcounts[me], .dtype = op->dtype, .counts = lcounts, .displs = ldispls};
           r = kt__hier_phase(ex, local, &ag, "intra-host allgather of another host's blocks");

@@ -38,13 +38,8 @@ static kt_result local_phase(kt__exec *ex, bool rs, int K, int j, const size_t *
   struct kt_comm_s *c = ex->comm, *local = c->local;
   int L = local->size, me = local->rank;
   size_t es = kt_dtype_size(op->dtype), total = 0;
-  for (int r = 0; r < L; r++) {
-    size_t lo, hi;
-    kt__hier_piece(counts[r], K, j, &lo, &hi);
-    cj[r] = hi - lo;
-    dj[r] = displs[r] + lo;
-    total += cj[r];
-  }
+  kt__hier_narrow(counts, displs, L, K, j, cj, dj);
+  for (int r = 0; r < L; r++) total += cj[r];
   char *mine = (char *)op->recvbuf + dj[me] * es;
   kt__op ph = {.dtype = op->dtype, .counts = cj, .displs = dj};
   if (rs) {

@@ -90,6 +90,10 @@ static inline void kt__hier_piece(size_t count, int k, int j, size_t *lo, size_t
   *lo = count / (size_t)k * (size_t)j + KT_MIN((size_t)j, count % (size_t)k);
   *hi = count / (size_t)k * (size_t)(j + 1) + KT_MIN((size_t)(j + 1), count % (size_t)k);
 }
+/* Piece j of k of each of n blocks (counts[i] elements at displs[i]) into
+ * cj, dj (which may be counts, displs). */
+KT_INTERNAL void kt__hier_narrow(const size_t *counts, const size_t *displs, int n, int k, int j, size_t *cj,
+                                 size_t *dj);
 /* Inter-host phases issued to the cross communicator's progress thread, in
  * order, while the caller runs the shared-memory ones: issue, then wait for
  * the oldest (watching the parent's peers and deadline meanwhile); end()

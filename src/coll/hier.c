@@ -27,9 +27,19 @@ kt_result kt__hier_phase(kt__exec *ex, struct kt_comm_s *child, kt__op *op, cons
 
 void kt__hier_shards(size_t n, int S, int L, size_t *counts, size_t *displs) {
   for (int r = 0; r < L; r++) {
-    size_t k = (size_t)KT_MIN(r, S);
-    displs[r] = n / (size_t)S * k + KT_MIN(k, n % (size_t)S);
-    counts[r] = r < S ? n / (size_t)S + ((size_t)r < n % (size_t)S) : 0;
+    size_t lo, hi;
+    kt__hier_piece(n, S, KT_MIN(r, S - 1), &lo, &hi);
+    displs[r] = r < S ? lo : n;
+    counts[r] = r < S ? hi - lo : 0;
+  }
+}
+
+void kt__hier_narrow(const size_t *counts, const size_t *displs, int n, int k, int j, size_t *cj, size_t *dj) {
+  for (int i = 0; i < n; i++) {
+    size_t lo, hi;
+    kt__hier_piece(counts[i], k, j, &lo, &hi);
+    cj[i] = hi - lo;
+    dj[i] = displs[i] + lo;
   }
 }
 
@@ -86,8 +96,9 @@ kt_result kt__xpipe_wait(kt__exec *ex, kt__xpipe *xp, const char *what) {
 
 kt_result kt__xpipe_end(kt__exec *ex, kt__xpipe *xp, kt_result r) {
   if (xp->waited == xp->issued) return r;
-  /* Only after a failure: stop the cross communicator (its peers hear why)
-   * and wait until none of its ops touches the buffers. */
+  /* Only after a failure: stop the cross communicator (its peers hear why
+   * from the parent's abort notice) and wait until none of its ops touches
+   * the buffers. */
   char msg[1024];
   kt__error_copy(msg, sizeof msg);
   kt__comm_stop(ex->comm->cross, r != KT_SUCCESS ? r : KT_ERR_INTERNAL);

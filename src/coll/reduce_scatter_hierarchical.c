@@ -69,7 +69,7 @@ kt_result kt__reduce_scatter_hierarchical(kt__exec *ex) {
     kt_result r = KT_SUCCESS;
     for (int q = 0; q <= K && r == KT_SUCCESS; q++) {
       size_t lo, hi;
-      kt__hier_piece(m, K, q < K ? q : q - 1, &lo, &hi);
+      kt__hier_piece(m, K, KT_MIN(q, K - 1), &lo, &hi); /* q = K: nothing to issue */
       for (int g = 0; q < K && g < H && r == KT_SUCCESS; g++) { /* 1. Piece q, block (g, k) to local rank k. */
         for (int k = 0; k < L; k++) {
           lcounts[k] = hi - lo;

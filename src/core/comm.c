@@ -91,22 +91,6 @@ void kt__comm_fail(struct kt_comm_s *c, kt_result r) {
   comm_fail_msg(c, r, msg);
 }
 
-void kt__comm_stop(struct kt_comm_s *c, kt_result r) {
-  /* Only state and the eventfd: c's sockets belong to the thread running its
-   * op, which fails at once (KT_ERR_ABORTED). Its peers hear of the failure
-   * from the parent communicator's abort notice. */
-  pthread_mutex_lock(&c->mu);
-  if (atomic_load(&c->broken) == 0) {
-    kt__error_copy(c->broken_msg, sizeof c->broken_msg);
-    atomic_store(&c->broken, (int)r);
-  }
-  pthread_mutex_unlock(&c->mu);
-  atomic_store(&c->aborted, 1);
-  uint64_t one = 1;
-  ssize_t w = write(c->abort_fd, &one, sizeof one);
-  (void)w;
-}
-
 /* Allocate a communicator shell: everything but the transport. */
 static kt_result comm_alloc(int rank, int size, int64_t timeout_ms, const char *prefix,
                             struct kt_comm_s **out) {
@@ -481,6 +465,19 @@ kt_result kt_comm_abort(kt_comm comm) {
   if (comm->local) kt_comm_abort(comm->local); /* wakes a phase of a hierarchical op */
   if (comm->cross) kt_comm_abort(comm->cross);
   return KT_SUCCESS;
+}
+
+void kt__comm_stop(struct kt_comm_s *c, kt_result r) {
+  /* kt_comm_abort, with this thread's error as the reason: it touches only
+   * state and the eventfd (c's sockets belong to the thread running its op,
+   * which fails at once); c's peers hear from the parent's abort notice. */
+  pthread_mutex_lock(&c->mu);
+  if (atomic_load(&c->broken) == 0) {
+    kt__error_copy(c->broken_msg, sizeof c->broken_msg);
+    atomic_store(&c->broken, (int)r);
+  }
+  pthread_mutex_unlock(&c->mu);
+  kt_comm_abort(c);
 }
 
 KT_INTERNAL void kt__progress_stop(struct kt_comm_s *c);
