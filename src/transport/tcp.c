@@ -82,21 +82,36 @@ struct ctrl_frame {
 #define KT_TCP_MIN_SOCKBUF 65536
 
 /* A data connection of a peer pair. A message longer than one LANE_UNIT is
- * striped over the pair's lanes: its units go to lanes 0, 1, ... in turn, and
- * every lane that carries a part sends the message's header before it. Each
- * lane streams its share of the posted messages in issue order, independently
- * of the others; a message is complete when every lane is past it. */
+ * striped over the pair's lanes (see "data path" below): every lane sends the
+ * message's header, then records of the units it claims, then an end record.
+ * Each lane streams the posted messages in issue order, independently of the
+ * others; a message is complete when every lane is past it. */
+struct unit_desc {
+  uint32_t magic;
+  uint32_t unit; /* index of the unit whose bytes follow; UNIT_END: none follow, the lane is done */
+};
+#define UNIT_MAGIC 0x4b54554eu
+#define UNIT_END UINT32_MAX
+
 struct lane {
   int fd;
   kt__xfer *scur, *rcur; /* the message this lane sends / receives now; NULL: past all posted */
-  size_t shdr, sdone;    /* header bytes and bytes of its share sent */
-  size_t rhdr, rdone;    /* ... received */
+  size_t shdr, rhdr;     /* header bytes sent / received */
+  size_t sdone, rdone;   /* bytes sent / received: of the message (one lane), of unit su / ru (striped) */
+  /* striped messages */
+  bool srec;             /* a record is partly sent: unit su (or the end record), sdesc bytes of sd */
+  bool rin;              /* receiving unit ru's bytes (else its descriptor: rdesc bytes of rd so far) */
+  uint32_t su, ru;
+  size_t sdesc, rdesc;
+  size_t rlow;           /* end of the last unit this lane delivered of rcur: what it has yet to deliver lies above */
+  struct unit_desc sd, rd;
+  uint64_t sbytes, rbytes; /* bytes of striped messages sent / received on it (logged at close, with INFO) */
   unsigned char rhbuf[KT_NET_HDR_BYTES];
 };
 
 #define KT_TCP_MAX_LANES 16
-#define LANE_UNIT ((size_t)65536) /* bytes of a striped message per lane in turn */
-#define LANE_IOV 64               /* units one sendmsg/readv moves at most */
+#define LANE_UNIT ((size_t)65536) /* bytes of a striped message a lane claims at a time */
+#define LANE_IOV 64               /* units one sendmsg moves at most */
 
 struct peer {
   int nlanes; /* 1 to a rank on this host; else the smaller KAITIAN_NSOCKS of both ends */
@@ -211,147 +226,6 @@ static kt_result peer_lost(kt__exec *ex, int peer, const char *what, int err) {
   return kt__err(KT_ERR_PEER_FAILED, "%s failed: %s", who, what);
 }
 
-/* ---- data path ---------------------------------------------------------- */
-
-/* Lanes message x travels on: one per unit, at most the pair's (or x->lanes). */
-static int lanes_used(const struct peer *p, const kt__xfer *x) {
-  size_t units = (x->len + LANE_UNIT - 1) / LANE_UNIT;
-  size_t most = x->lanes > 0 ? (size_t)KT_MIN(x->lanes, p->nlanes) : (size_t)p->nlanes;
-  return (int)KT_MAX((size_t)1, KT_MIN(most, units));
-}
-
-/* Bytes of a len-byte message that lane s carries when n lanes carry it. */
-static size_t lane_share(size_t len, int n, int s) {
-  if (s >= n) return 0;
-  if (n == 1) return len;
-  size_t units = (len + LANE_UNIT - 1) / LANE_UNIT; /* > s, since n <= units */
-  size_t bytes = ((units - 1 - (size_t)s) / (size_t)n + 1) * LANE_UNIT;
-  if ((units - 1) % (size_t)n == (size_t)s) bytes -= units * LANE_UNIT - len; /* has the short last unit */
-  return bytes;
-}
-
-/* Offset in the message of byte d of lane s's share. */
-static size_t lane_offset(int n, int s, size_t d) {
-  if (n == 1) return d;
-  return ((size_t)s + d / LANE_UNIT * (size_t)n) * LANE_UNIT + d % LANE_UNIT;
-}
-
-/* The pieces of lane s's share from byte d on that lie below lim (what the
- * producer made available, for a send), at most max of them. */
-static int lane_iov(const kt__xfer *x, int n, int s, size_t d, size_t lim, struct iovec *iov, int max) {
-  size_t share = lane_share(x->len, n, s);
-  int k = 0;
-  while (k < max && d < share) {
-    size_t off = lane_offset(n, s, d);
-    if (off >= lim) break;
-    size_t run = n == 1 ? share - d : KT_MIN(LANE_UNIT - d % LANE_UNIT, share - d);
-    run = KT_MIN(run, lim - off);
-    iov[k++] = (struct iovec){x->buf + off, run};
-    d += run;
-  }
-  return k;
-}
-
-kt_result kt__net_post(kt__exec *ex, kt__xfer *x) {
-  struct kt__tcp *t = ex->comm->tcp;
-  if (x->peer < 0 || x->peer >= t->nranks || x->peer == ex->comm->rank)
-    return kt__err(KT_ERR_INTERNAL, "transfer to invalid peer %d", x->peer);
-  struct peer *p = &t->peers[x->peer];
-  x->next = NULL;
-  x->complete = false;
-  x->done = 0;
-  x->lanes_left = p->nlanes;
-  if (x->is_send) {
-    x->msg = p->tx_posted++;
-    hdr h = op_hdr(ex->op, x->tag, x->len);
-    memcpy(x->hdr, &h, sizeof h);
-    if (p->sq_tail) p->sq_tail->next = x; else p->sq_head = x;
-    p->sq_tail = x;
-    for (int s = 0; s < p->nlanes; s++)
-      if (!p->lane[s].scur) p->lane[s].scur = x;
-  } else {
-    if (p->rq_tail) p->rq_tail->next = x; else p->rq_head = x;
-    p->rq_tail = x;
-    for (int s = 0; s < p->nlanes; s++)
-      if (!p->lane[s].rcur) p->lane[s].rcur = x;
-  }
-  return KT_SUCCESS;
-}
-
-/* Lane s is past x: x is complete once every lane is. Lanes move in issue
- * order, so the message completing is always the queue's head. */
-static void lane_passed(kt__xfer **head, kt__xfer **tail, kt__xfer *x) {
-  if (--x->lanes_left > 0) return;
-  x->complete = true;
-  x->done = x->len;
-  *head = x->next;
-  if (!*head) *tail = NULL;
-}
-
-/* Does lane s have bytes of its current send that it could write now? */
-static bool lane_can_send(const struct peer *p, int s) {
-  const struct lane *l = &p->lane[s];
-  const kt__xfer *x = l->scur;
-  if (!x) return false;
-  int n = lanes_used(p, x);
-  if (s >= n) return true; /* carries no part: passes it at once */
-  return l->shdr < KT_NET_HDR_BYTES ||
-         (l->sdone < lane_share(x->len, n, s) && lane_offset(n, s, l->sdone) < x->avail);
-}
-
-static kt_result advance_sends(kt__exec *ex, int peer, int s, bool *moved) {
-  struct peer *p = &ex->comm->tcp->peers[peer];
-  struct lane *l = &p->lane[s];
-  kt__xfer *x;
-  while ((x = l->scur) != NULL) {
-    int n = lanes_used(p, x);
-    if (s < n && (l->shdr < KT_NET_HDR_BYTES || l->sdone < lane_share(x->len, n, s))) {
-      struct iovec iov[LANE_IOV + 1];
-      int k = 0;
-      if (l->shdr < KT_NET_HDR_BYTES)
-        iov[k++] = (struct iovec){x->hdr + l->shdr, KT_NET_HDR_BYTES - l->shdr};
-      k += lane_iov(x, n, s, l->sdone, x->avail, iov + k, LANE_IOV);
-      if (k == 0) return KT_SUCCESS; /* waiting for the producer */
-      struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
-      ssize_t w;
-      KT_SYSCALL_RETRY(w, sendmsg(l->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT));
-      if (w < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return KT_SUCCESS;
-        return peer_lost(ex, peer, "sending data", errno);
-      }
-      size_t h = KT_MIN((size_t)w, KT_NET_HDR_BYTES - l->shdr);
-      l->shdr += h;
-      l->sdone += (size_t)w - h;
-      x->done += (size_t)w - h;
-      *moved = true;
-      continue; /* the socket may take more, or the share is done */
-    }
-    l->scur = x->next;
-    l->shdr = l->sdone = 0;
-    lane_passed(&p->sq_head, &p->sq_tail, x);
-  }
-  return KT_SUCCESS;
-}
-
-/* Bytes of x received from its start without a gap (what a consumer may use). */
-static size_t recv_prefix(const struct peer *p, const kt__xfer *x) {
-  int n = lanes_used(p, x);
-  size_t prefix = x->len;
-  for (int s = 0; s < n; s++) {
-    const struct lane *l = &p->lane[s];
-    size_t at;
-    if (l->rcur == x)
-      at = lane_offset(n, s, l->rdone);
-    else { /* before x (nothing of it yet) or past it (all of its share) */
-      bool past = true;
-      for (const kt__xfer *y = l->rcur; y; y = y->next)
-        if (y == x) past = false;
-      at = past ? x->len : lane_offset(n, s, 0);
-    }
-    prefix = KT_MIN(prefix, at);
-  }
-  return prefix;
-}
 static void describe_hdr(const hdr *h, char *buf, size_t cap) {
   int n = snprintf(buf, cap, "op #%llu %s, %llu bytes, tag %u", (unsigned long long)h->seq,
                    coll_name_safe(h->coll), (unsigned long long)h->len, h->tag);
@@ -389,39 +263,359 @@ static kt_result check_header(kt__exec *ex, int peer, const kt__xfer *x, const u
                  who, theirs);
 }
 
+/* ---- data path ---------------------------------------------------------- */
+
+/* A message of up to one LANE_UNIT, or one to go on one connection (x->lanes
+ * == 1, or a pair with one), goes as its header and its bytes. A longer one is
+ * striped over the pair's lanes: every lane sends the header, then a record (a
+ * struct unit_desc and the unit's bytes) for each unit it claims, then the end
+ * record. A lane claims the message's next unclaimed unit whenever its socket
+ * takes bytes, so the connection the link serves faster carries more of the
+ * message and the lanes finish together: with a fixed half each, the slower of
+ * two flows on a shaped 1 Gbit/s link finished 8-10 ms behind the other per
+ * 8 MiB message. Units go out in the order they are claimed, so the units of
+ * any one lane ascend, and a receiver knows that nothing a lane has yet to
+ * deliver lies below that lane's last unit (recv_prefix). */
+
+static size_t units_of(size_t len) { return (len + LANE_UNIT - 1) / LANE_UNIT; }
+static size_t unit_len(const kt__xfer *x, size_t u) { return KT_MIN(LANE_UNIT, x->len - u * LANE_UNIT); }
+
+/* Lanes message x travels on: the pair's (at most x->lanes, and one per unit). */
+static int lanes_used(const struct peer *p, const kt__xfer *x) {
+  size_t most = x->lanes > 0 ? (size_t)KT_MIN(x->lanes, p->nlanes) : (size_t)p->nlanes;
+  return (int)KT_MAX((size_t)1, KT_MIN(most, units_of(x->len)));
+}
+
+kt_result kt__net_post(kt__exec *ex, kt__xfer *x) {
+  struct kt__tcp *t = ex->comm->tcp;
+  if (x->peer < 0 || x->peer >= t->nranks || x->peer == ex->comm->rank)
+    return kt__err(KT_ERR_INTERNAL, "transfer to invalid peer %d", x->peer);
+  if (units_of(x->len) >= UNIT_END)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "a message of %zu bytes to rank %d is too large for TCP (at most %zu)",
+                   x->len, kt__rank_label(ex->comm, x->peer), (size_t)(UNIT_END - 1) * LANE_UNIT);
+  struct peer *p = &t->peers[x->peer];
+  x->next = NULL;
+  x->complete = false;
+  x->done = 0;
+  x->next_unit = 0;
+  x->got = 0;
+  x->lanes_left = p->nlanes;
+  if (x->is_send) {
+    x->msg = p->tx_posted++;
+    hdr h = op_hdr(ex->op, x->tag, x->len);
+    memcpy(x->hdr, &h, sizeof h);
+    if (p->sq_tail) p->sq_tail->next = x; else p->sq_head = x;
+    p->sq_tail = x;
+    for (int s = 0; s < p->nlanes; s++)
+      if (!p->lane[s].scur) p->lane[s].scur = x;
+  } else {
+    if (p->rq_tail) p->rq_tail->next = x; else p->rq_head = x;
+    p->rq_tail = x;
+    for (int s = 0; s < p->nlanes; s++)
+      if (!p->lane[s].rcur) p->lane[s].rcur = x;
+  }
+  return KT_SUCCESS;
+}
+
+/* Lane s is past x: x is complete once every lane is. Lanes move in issue
+ * order, so the message completing is always the queue's head. */
+static void lane_passed(kt__xfer **head, kt__xfer **tail, kt__xfer *x) {
+  if (--x->lanes_left > 0) return;
+  x->complete = true;
+  x->done = x->len;
+  *head = x->next;
+  if (!*head) *tail = NULL;
+}
+
+/* Is the lane's record in progress all sent? */
+static bool record_sent(const struct lane *l, const kt__xfer *x) {
+  return l->sdesc == sizeof l->sd && (l->su == UNIT_END || l->sdone == unit_len(x, l->su));
+}
+
+/* Does lane s have bytes of its current send that it could write now? */
+static bool lane_can_send(const struct peer *p, int s) {
+  const struct lane *l = &p->lane[s];
+  const kt__xfer *x = l->scur;
+  if (!x) return false;
+  int n = lanes_used(p, x);
+  if (s >= n || l->shdr < KT_NET_HDR_BYTES) return true; /* past it at once; its header */
+  if (n == 1) return l->sdone < x->avail;
+  if (l->srec) return l->sdesc < sizeof l->sd || l->su == UNIT_END || l->su * LANE_UNIT + l->sdone < x->avail;
+  return x->next_unit == units_of(x->len) || x->next_unit * LANE_UNIT < x->avail; /* the end, or a unit */
+}
+
+/* One lane's send of x, all of it: *past once done. */
+static kt_result send_whole(kt__exec *ex, int peer, struct lane *l, kt__xfer *x, bool *moved, bool *past) {
+  for (;;) {
+    struct iovec iov[2];
+    int k = 0;
+    if (l->shdr < KT_NET_HDR_BYTES) iov[k++] = (struct iovec){x->hdr + l->shdr, KT_NET_HDR_BYTES - l->shdr};
+    if (l->sdone < x->avail) iov[k++] = (struct iovec){x->buf + l->sdone, x->avail - l->sdone};
+    *past = k == 0 && l->sdone == x->len;
+    if (k == 0) return KT_SUCCESS; /* done, or waiting for the producer */
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+    ssize_t w;
+    KT_SYSCALL_RETRY(w, sendmsg(l->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT));
+    if (w < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return KT_SUCCESS;
+      return peer_lost(ex, peer, "sending data", errno);
+    }
+    size_t h = KT_MIN((size_t)w, KT_NET_HDR_BYTES - l->shdr);
+    l->shdr += h;
+    l->sdone += (size_t)w - h;
+    x->done += (size_t)w - h;
+    *moved = true;
+  }
+}
+
+/* One lane's part of striped x: the header, the record in progress, records
+ * of units claimed now (as many as the socket takes; the ones it did not take
+ * go back), and the end record once no unit is left. *past once that is sent. */
+static kt_result send_striped(kt__exec *ex, int peer, struct lane *l, kt__xfer *x, bool *moved, bool *past) {
+  size_t units = units_of(x->len);
+  *past = false;
+  for (;;) {
+    struct iovec iov[2 * LANE_IOV + 4];
+    struct unit_desc nd[LANE_IOV + 1]; /* records begun now (the last may be the end record) */
+    size_t nbytes[LANE_IOV + 1];       /* ... and their bytes of data in iov */
+    int k = 0, m = 0;
+    size_t total = 0, hrem = KT_NET_HDR_BYTES - l->shdr, cdesc = 0, cdata = 0;
+    bool open = false; /* the last record in iov stops short (its bytes are not all produced yet) */
+    if (hrem) iov[k++] = (struct iovec){x->hdr + l->shdr, hrem};
+    if (l->srec) {
+      cdesc = sizeof l->sd - l->sdesc;
+      if (cdesc) iov[k++] = (struct iovec){(char *)&l->sd + l->sdesc, cdesc};
+      if (l->su != UNIT_END) {
+        size_t off = l->su * LANE_UNIT, end = off + unit_len(x, l->su), lim = KT_MIN(end, x->avail);
+        if (off + l->sdone < lim) {
+          cdata = lim - off - l->sdone;
+          iov[k++] = (struct iovec){x->buf + off + l->sdone, cdata};
+        }
+        open = lim < end;
+      }
+    }
+    size_t first = x->next_unit;
+    while (!open && m < LANE_IOV && x->next_unit < units && x->next_unit * LANE_UNIT < x->avail) {
+      size_t u = x->next_unit++, off = u * LANE_UNIT, end = off + unit_len(x, u), lim = KT_MIN(end, x->avail);
+      nd[m] = (struct unit_desc){UNIT_MAGIC, (uint32_t)u};
+      nbytes[m] = lim - off;
+      iov[k++] = (struct iovec){&nd[m], sizeof nd[m]};
+      iov[k++] = (struct iovec){x->buf + off, lim - off};
+      open = lim < end;
+      m++;
+    }
+    int records = m;
+    if (!open && x->next_unit == units && !(l->srec && l->su == UNIT_END)) {
+      nd[m] = (struct unit_desc){UNIT_MAGIC, UNIT_END};
+      nbytes[m] = 0;
+      iov[k++] = (struct iovec){&nd[m], sizeof nd[m]};
+      records++;
+    }
+    if (k == 0) return KT_SUCCESS; /* waiting for the producer */
+    for (int i = 0; i < k; i++) total += iov[i].iov_len;
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+    ssize_t w;
+    KT_SYSCALL_RETRY(w, sendmsg(l->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT));
+    if (w < 0) {
+      x->next_unit = first; /* none of the units claimed now went */
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return KT_SUCCESS;
+      return peer_lost(ex, peer, "sending data", errno);
+    }
+    *moved = true;
+    size_t rem = (size_t)w, d = KT_MIN(rem, hrem);
+    l->shdr += d;
+    rem -= d;
+    if (l->srec) {
+      d = KT_MIN(rem, cdesc);
+      l->sdesc += d;
+      rem -= d;
+      d = KT_MIN(rem, cdata);
+      l->sdone += d;
+      l->sbytes += d;
+      x->done += d;
+      rem -= d;
+      if (record_sent(l, x)) l->srec = false, *past = l->su == UNIT_END;
+    }
+    for (int i = 0; i < records && !*past; i++) {
+      if (rem == 0) { /* the socket took none of record i: its unit and the ones after go back */
+        if (i < m) x->next_unit = nd[i].unit;
+        break;
+      }
+      l->srec = true;
+      l->su = nd[i].unit;
+      l->sd = nd[i];
+      l->sdesc = KT_MIN(rem, sizeof nd[i]);
+      rem -= l->sdesc;
+      l->sdone = KT_MIN(rem, nbytes[i]);
+      l->sbytes += l->sdone;
+      x->done += l->sdone;
+      rem -= l->sdone;
+      if (record_sent(l, x)) l->srec = false, *past = l->su == UNIT_END;
+    }
+    if (*past || (size_t)w < total) return KT_SUCCESS; /* done, or the socket is full */
+  }
+}
+
+static kt_result advance_sends(kt__exec *ex, int peer, int s, bool *moved) {
+  struct peer *p = &ex->comm->tcp->peers[peer];
+  struct lane *l = &p->lane[s];
+  kt__xfer *x;
+  while ((x = l->scur) != NULL) {
+    int n = lanes_used(p, x);
+    bool past = s >= n; /* carries no part */
+    if (!past && n == 1) KT_CHECK(send_whole(ex, peer, l, x, moved, &past));
+    else if (!past) KT_CHECK(send_striped(ex, peer, l, x, moved, &past));
+    if (!past) return KT_SUCCESS;
+    l->scur = x->next;
+    l->shdr = l->sdone = l->sdesc = 0;
+    l->srec = false;
+    lane_passed(&p->sq_head, &p->sq_tail, x);
+  }
+  return KT_SUCCESS;
+}
+
+/* Bytes of striped x received from its start without a gap (what a consumer
+ * may use): below the least that any of its lanes may still deliver. */
+static size_t recv_prefix(const struct peer *p, const kt__xfer *x, int n) {
+  size_t prefix = x->len;
+  for (int s = 0; s < n; s++) {
+    const struct lane *l = &p->lane[s];
+    size_t at;
+    if (l->rcur == x)
+      at = l->rin ? l->ru * LANE_UNIT + l->rdone : l->rlow;
+    else { /* before x (nothing of it yet) or past it (all of its part) */
+      bool past = true;
+      for (const kt__xfer *y = l->rcur; y; y = y->next)
+        if (y == x) past = false;
+      at = past ? x->len : 0;
+    }
+    prefix = KT_MIN(prefix, at);
+  }
+  return prefix;
+}
+
+/* readv on lane l into iov: *got bytes (0: none there now); a closed or
+ * broken connection is the peer lost. */
+static kt_result lane_read(kt__exec *ex, int peer, struct lane *l, struct iovec *iov, int k, ssize_t *got) {
+  ssize_t r;
+  KT_SYSCALL_RETRY(r, readv(l->fd, iov, k));
+  *got = 0;
+  if (r == 0) return peer_lost(ex, peer, "connection closed while receiving", 0);
+  if (r < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return KT_SUCCESS;
+    return peer_lost(ex, peer, "receiving data", errno);
+  }
+  ex->comm->tcp->peers[peer].heard_ns = kt__now_ns();
+  *got = r;
+  return KT_SUCCESS;
+}
+
+/* One lane's receive of x, all of it: *past once done. */
+static kt_result recv_whole(kt__exec *ex, int peer, struct lane *l, kt__xfer *x, bool *moved,
+                            bool *past) {
+  for (;;) {
+    *past = l->rhdr == KT_NET_HDR_BYTES && l->rdone == x->len;
+    if (*past) return KT_SUCCESS;
+    bool had_hdr = l->rhdr == KT_NET_HDR_BYTES;
+    struct iovec iov[2];
+    int k = 0;
+    if (!had_hdr) iov[k++] = (struct iovec){l->rhbuf + l->rhdr, KT_NET_HDR_BYTES - l->rhdr};
+    if (l->rdone < x->len) iov[k++] = (struct iovec){x->buf + l->rdone, x->len - l->rdone};
+    ssize_t r;
+    KT_CHECK(lane_read(ex, peer, l, iov, k, &r));
+    if (r == 0) return KT_SUCCESS; /* nothing there now */
+    size_t h = KT_MIN((size_t)r, KT_NET_HDR_BYTES - l->rhdr);
+    l->rhdr += h;
+    l->rdone += (size_t)r - h;
+    x->done = l->rdone;
+    *moved = true;
+    if (!had_hdr && l->rhdr == KT_NET_HDR_BYTES) KT_CHECK(check_header(ex, peer, x, l->rhbuf));
+  }
+}
+
+static kt_result corrupt_stream(kt__exec *ex, int peer, int s, const kt__xfer *x, const char *what) {
+  return kt__err(KT_ERR_INTERNAL, "corrupt data stream from rank %d (connection %d, message of %zu bytes): %s",
+                 kt__rank_label(ex->comm, peer), s, x->len, what);
+}
+
+/* One lane's part of striped x: the header, then records until the end
+ * record (*past). Each read takes the rest of the unit in progress and the
+ * next record's descriptor, which tells where the bytes after it go. */
+static kt_result recv_striped(kt__exec *ex, int peer, struct peer *p, int s, kt__xfer *x, int n, bool *moved,
+                              bool *past) {
+  struct lane *l = &p->lane[s];
+  size_t units = units_of(x->len);
+  *past = false;
+  for (;;) {
+    bool had_hdr = l->rhdr == KT_NET_HDR_BYTES;
+    struct iovec iov[3];
+    int k = 0;
+    size_t hrem = KT_NET_HDR_BYTES - l->rhdr, drem = 0, total = 0;
+    if (hrem) iov[k++] = (struct iovec){l->rhbuf + l->rhdr, hrem};
+    if (l->rin) {
+      drem = unit_len(x, l->ru) - l->rdone;
+      iov[k++] = (struct iovec){x->buf + l->ru * LANE_UNIT + l->rdone, drem};
+      iov[k++] = (struct iovec){&l->rd, sizeof l->rd};
+    } else {
+      iov[k++] = (struct iovec){(char *)&l->rd + l->rdesc, sizeof l->rd - l->rdesc};
+    }
+    for (int i = 0; i < k; i++) total += iov[i].iov_len;
+    ssize_t r;
+    KT_CHECK(lane_read(ex, peer, l, iov, k, &r));
+    if (r == 0) return KT_SUCCESS; /* nothing there now */
+    *moved = true;
+    size_t rem = (size_t)r, d = KT_MIN(rem, hrem);
+    l->rhdr += d;
+    rem -= d;
+    if (!had_hdr && l->rhdr == KT_NET_HDR_BYTES) KT_CHECK(check_header(ex, peer, x, l->rhbuf));
+    if (l->rin) {
+      d = KT_MIN(rem, drem);
+      l->rdone += d;
+      l->rbytes += d;
+      x->got += d;
+      rem -= d;
+      if (l->rdone == unit_len(x, l->ru)) {
+        l->rlow = l->ru * LANE_UNIT + l->rdone;
+        l->rin = false;
+        l->rdesc = 0;
+      }
+    }
+    l->rdesc += rem;
+    if (l->rdesc == sizeof l->rd) {
+      if (l->rd.magic != UNIT_MAGIC) return corrupt_stream(ex, peer, s, x, "bad record descriptor");
+      if (l->rd.unit == UNIT_END) {
+        *past = true;
+        return KT_SUCCESS;
+      }
+      if (l->rd.unit >= units || l->rd.unit * LANE_UNIT < l->rlow)
+        return corrupt_stream(ex, peer, s, x, "unit out of order");
+      l->rin = true;
+      l->ru = l->rd.unit;
+      l->rdone = l->rdesc = 0;
+    }
+    x->done = recv_prefix(p, x, n);
+    if ((size_t)r < total) return KT_SUCCESS; /* the socket has no more now */
+  }
+}
+
 static kt_result advance_recvs(kt__exec *ex, int peer, int s, bool *moved) {
   struct peer *p = &ex->comm->tcp->peers[peer];
   struct lane *l = &p->lane[s];
   kt__xfer *x;
   while ((x = l->rcur) != NULL) {
     int n = lanes_used(p, x);
-    if (s < n && (l->rhdr < KT_NET_HDR_BYTES || l->rdone < lane_share(x->len, n, s))) {
-      bool had_hdr = l->rhdr == KT_NET_HDR_BYTES;
-      struct iovec iov[LANE_IOV + 1];
-      int k = 0;
-      if (!had_hdr) iov[k++] = (struct iovec){l->rhbuf + l->rhdr, KT_NET_HDR_BYTES - l->rhdr};
-      k += lane_iov(x, n, s, l->rdone, x->len, iov + k, LANE_IOV);
-      ssize_t r;
-      KT_SYSCALL_RETRY(r, readv(l->fd, iov, k));
-      if (r == 0) return peer_lost(ex, peer, "connection closed while receiving", 0);
-      if (r < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return KT_SUCCESS;
-        return peer_lost(ex, peer, "receiving data", errno);
-      }
-      p->heard_ns = kt__now_ns();
-      size_t h = KT_MIN((size_t)r, KT_NET_HDR_BYTES - l->rhdr);
-      l->rhdr += h;
-      l->rdone += (size_t)r - h;
-      *moved = true;
-      if (!had_hdr && l->rhdr == KT_NET_HDR_BYTES) KT_CHECK(check_header(ex, peer, x, l->rhbuf));
-      x->done = n == 1 ? l->rdone : recv_prefix(p, x);
-      continue;
-    }
+    bool past = s >= n; /* carries no part */
+    if (!past && n == 1) KT_CHECK(recv_whole(ex, peer, l, x, moved, &past));
+    else if (!past) KT_CHECK(recv_striped(ex, peer, p, s, x, n, moved, &past));
+    if (!past) return KT_SUCCESS;
     l->rcur = x->next;
-    l->rhdr = l->rdone = 0;
+    l->rhdr = l->rdone = l->rdesc = l->rlow = 0;
+    l->rin = false;
     lane_passed(&p->rq_head, &p->rq_tail, x);
+    if (x->complete && n > 1 && x->got != x->len)
+      return corrupt_stream(ex, peer, s, x, "the units received do not add up to the message");
     if (x->complete) p->rx_done++;
-    if (!x->complete && n > 1) x->done = recv_prefix(p, x);
+    else if (n > 1) x->done = recv_prefix(p, x, n);
   }
   return KT_SUCCESS;
 }
@@ -889,8 +1083,7 @@ void kt__tcp_reset_queues(struct kt_comm_s *c) {
     p->sq_head = p->sq_tail = p->rq_head = p->rq_tail = NULL;
     for (int l = 0; l < p->nlanes; l++) {
       struct lane *ln = &p->lane[l];
-      ln->scur = ln->rcur = NULL;
-      ln->shdr = ln->sdone = ln->rhdr = ln->rdone = 0;
+      *ln = (struct lane){.fd = ln->fd, .sbytes = ln->sbytes, .rbytes = ln->rbytes};
     }
   }
 }
@@ -966,6 +1159,14 @@ static void tune_socket(int fd) {
       KT_WARN("KAITIAN_SOCKET_BUFFER_BYTES=%lld is below the minimum; using %d", (long long)bufsz,
               KT_TCP_MIN_SOCKBUF);
     bufsz = KT_TCP_MIN_SOCKBUF;
+  }
+  /* Striped messages (send_striped) are balanced by what each connection
+   * takes: with the kernel's default, a connection takes megabytes it has not
+   * sent yet, and the lanes finish milliseconds apart. */
+  int64_t notsent = kt__param_TCP_NOTSENT_BYTES();
+  if (notsent > 0) {
+    int v = (int)KT_MIN(KT_MAX(notsent, (int64_t)LANE_UNIT), INT32_MAX);
+    setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof v);
   }
   if (bufsz > 0) {
     int b = (int)KT_MIN(bufsz, INT32_MAX);
@@ -1248,11 +1449,32 @@ void kt__tcp_broadcast_abort(struct kt_comm_s *c, const char *why) {
     if (i != c->rank) send_ctrl(c->tcp->peers[i].ctrl_fd, CTRL_ABORT, code, why);
 }
 
+/* With KAITIAN_DEBUG=INFO: how the striped bytes to and from peer spread over
+ * the pair's connections (even on an even link; a connection the link serves
+ * worse carries less). */
+static void log_lane_shares(struct kt_comm_s *c, int peer) {
+  const struct peer *p = &c->tcp->peers[peer];
+  if (kt__log_level < KT_LOG_INFO || p->nlanes < 2) return;
+  for (int dir = 0; dir < 2; dir++) {
+    char buf[KT_TCP_MAX_LANES * 24] = "";
+    size_t off = 0;
+    uint64_t total = 0;
+    for (int l = 0; l < p->nlanes; l++) total += dir ? p->lane[l].rbytes : p->lane[l].sbytes;
+    if (!total) continue;
+    for (int l = 0; l < p->nlanes && off < sizeof buf; l++)
+      off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%.1f%%", l ? " " : "",
+                              100.0 * (double)(dir ? p->lane[l].rbytes : p->lane[l].sbytes) / (double)total);
+    KT_INFO("rank %d: striped bytes %s rank %d: %llu over %d connections, %s", kt__rank_label(c, c->rank),
+            dir ? "from" : "to", kt__rank_label(c, peer), (unsigned long long)total, p->nlanes, buf);
+  }
+}
+
 void kt__tcp_close(struct kt_comm_s *c, bool graceful) {
   struct kt__tcp *t = c->tcp;
   if (!t) return;
   for (int i = 0; i < t->nranks; i++) {
     struct peer *p = &t->peers[i];
+    log_lane_shares(c, i);
     if (graceful) send_ctrl(p->ctrl_fd, CTRL_BYE, KT_SUCCESS, NULL);
     for (int l = 0; l < KT_TCP_MAX_LANES; l++)
       if (p->lane[l].fd >= 0) close(p->lane[l].fd);

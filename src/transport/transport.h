@@ -30,6 +30,8 @@ typedef struct kt__xfer {
   struct kt__xfer *next;
   uint64_t msg;                        /* send: its place among the messages to the peer */
   int lanes_left;                      /* lanes of the connection not yet past it */
+  size_t next_unit;                    /* send, striped: its first unit no lane has claimed */
+  size_t got;                          /* receive, striped: bytes of it received */
   bool complete;
 } kt__xfer;
 

@@ -10,3 +10,9 @@ endforeach()
 kt_add_test_exe(test_jobenv ${KT_TEST_DIR}/c/test_jobenv.c)
 add_test(NAME jobenv COMMAND test_jobenv)
 set_tests_properties(jobenv PROPERTIES TIMEOUT 60 LABELS core)
+
+# The TCP transport's striping of long messages over a pair's connections,
+# between two communicators of one process joined by socketpairs.
+kt_add_test_exe(test_tcp_stripe ${KT_TEST_DIR}/c/test_tcp_stripe.c)
+add_test(NAME tcp_stripe COMMAND test_tcp_stripe)
+set_tests_properties(tcp_stripe PROPERTIES TIMEOUT 120 LABELS core)

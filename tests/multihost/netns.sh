@@ -240,8 +240,11 @@ if [ -n "$COLL" ] && [ -x "$COLL" ]; then
     fail "coll: rank 0 did not log the hierarchy (3 hosts x 2 ranks)"
   step "2b. coll_test, 2 nodes x 2 ranks, every case of the reducing collectives"
   run_ok coll2 2 KAITIAN_TIMEOUT=120000 -- "$COLL" --coll allreduce,reduce_scatter,allgather,allgatherv
-  step "2c. coll_test --quick, 2 nodes x 2 ranks, KAITIAN_TRANSPORT=tcp, KAITIAN_NSOCKS=3"
-  run_ok colltcp 2 KAITIAN_TIMEOUT=120000 KAITIAN_TRANSPORT=tcp KAITIAN_NSOCKS=3 -- "$COLL" --quick
+  step "2c. coll_test --quick, 2 nodes x 2 ranks, KAITIAN_TRANSPORT=tcp, KAITIAN_NSOCKS=3 (long messages striped over 3 connections)"
+  run_ok colltcp 2 KAITIAN_TIMEOUT=120000 KAITIAN_TRANSPORT=tcp KAITIAN_NSOCKS=3 KAITIAN_DEBUG=INFO -- "$COLL" --quick
+  grep -q 'striped bytes to rank [23]: [0-9]* over 3 connections' "$TMP/colltcp.0.err" ||
+    fail "colltcp: rank 0 did not log striped messages over 3 connections to the other node"
+  grep -h 'striped bytes' "$TMP/colltcp.0.err" | head -2
   step "2d. coll_test --quick --drop-rank 5, 3 nodes x 2 ranks: nodes of 2, 2 and 1 ranks"
   run_ok colluneven 3 KAITIAN_TIMEOUT=120000 KAITIAN_DEBUG=INFO -- "$COLL" --quick --drop-rank 5 --coll allreduce,reduce_scatter,broadcast,alltoall
   grep -q '3 hosts with 1 to 2 ranks: shared memory within the host, TCP between hosts for the first 1 of each' \
