@@ -87,11 +87,14 @@ struct ctrl_frame {
  * Each lane streams the posted messages in issue order, independently of the
  * others; a message is complete when every lane is past it. */
 struct unit_desc {
-  uint32_t magic;
-  uint32_t unit; /* index of the unit whose bytes follow; UNIT_END: none follow, the lane is done */
+  uint32_t magic; /* UNIT_MAGIC, or HINT_MAGIC: no bytes follow, and the lane's next unit is unit or later */
+  uint32_t unit;  /* index of the unit whose bytes follow; UNIT_END: none follow, the lane is done */
 };
 #define UNIT_MAGIC 0x4b54554eu
+#define HINT_MAGIC 0x4b54484eu
 #define UNIT_END UINT32_MAX
+#define UNIT_HINT (UINT32_MAX - 1) /* lane state su: the record being sent is a hint */
+#define HINT_UNITS 2               /* a lane that claims nothing says so once claims passed it by this many */
 
 struct lane {
   int fd;
@@ -103,7 +106,9 @@ struct lane {
   bool rin;              /* receiving unit ru's bytes (else its descriptor: rdesc bytes of rd so far) */
   uint32_t su, ru;
   size_t sdesc, rdesc;
-  size_t rlow;           /* end of the last unit this lane delivered of rcur: what it has yet to deliver lies above */
+  size_t rlow;           /* receive: what this lane has yet to deliver of rcur lies at or above (its last
+                            unit's end, or its last hint) */
+  size_t shint;          /* send: units below this one the receiver knows this lane will not send */
   struct unit_desc sd, rd;
   uint64_t sbytes, rbytes; /* bytes of striped messages sent / received on it (logged at close, with INFO) */
   unsigned char rhbuf[KT_NET_HDR_BYTES];
@@ -290,9 +295,9 @@ kt_result kt__net_post(kt__exec *ex, kt__xfer *x) {
   struct kt__tcp *t = ex->comm->tcp;
   if (x->peer < 0 || x->peer >= t->nranks || x->peer == ex->comm->rank)
     return kt__err(KT_ERR_INTERNAL, "transfer to invalid peer %d", x->peer);
-  if (units_of(x->len) >= UNIT_END)
+  if (units_of(x->len) >= UNIT_HINT)
     return kt__err(KT_ERR_INVALID_ARGUMENT, "a message of %zu bytes to rank %d is too large for TCP (at most %zu)",
-                   x->len, kt__rank_label(ex->comm, x->peer), (size_t)(UNIT_END - 1) * LANE_UNIT);
+                   x->len, kt__rank_label(ex->comm, x->peer), (size_t)(UNIT_HINT - 1) * LANE_UNIT);
   struct peer *p = &t->peers[x->peer];
   x->next = NULL;
   x->complete = false;
@@ -329,7 +334,7 @@ static void lane_passed(kt__xfer **head, kt__xfer **tail, kt__xfer *x) {
 
 /* Is the lane's record in progress all sent? */
 static bool record_sent(const struct lane *l, const kt__xfer *x) {
-  return l->sdesc == sizeof l->sd && (l->su == UNIT_END || l->sdone == unit_len(x, l->su));
+  return l->sdesc == sizeof l->sd && (l->su >= UNIT_HINT || l->sdone == unit_len(x, l->su));
 }
 
 /* Does lane s have bytes of its current send that it could write now? */
@@ -340,8 +345,10 @@ static bool lane_can_send(const struct peer *p, int s) {
   int n = lanes_used(p, x);
   if (s >= n || l->shdr < KT_NET_HDR_BYTES) return true; /* past it at once; its header */
   if (n == 1) return l->sdone < x->avail;
-  if (l->srec) return l->sdesc < sizeof l->sd || l->su == UNIT_END || l->su * LANE_UNIT + l->sdone < x->avail;
-  return x->next_unit == units_of(x->len) || x->next_unit * LANE_UNIT < x->avail; /* the end, or a unit */
+  if (l->srec) return l->sdesc < sizeof l->sd || l->su >= UNIT_HINT || l->su * LANE_UNIT + l->sdone < x->avail;
+  /* the end, a unit, or a hint (send_striped) */
+  return x->next_unit == units_of(x->len) || x->next_unit * LANE_UNIT < x->avail ||
+         x->next_unit >= l->shint + HINT_UNITS;
 }
 
 /* One lane's send of x, all of it: *past once done. */
@@ -385,7 +392,7 @@ static kt_result send_striped(kt__exec *ex, int peer, struct lane *l, kt__xfer *
     if (l->srec) {
       cdesc = sizeof l->sd - l->sdesc;
       if (cdesc) iov[k++] = (struct iovec){(char *)&l->sd + l->sdesc, cdesc};
-      if (l->su != UNIT_END) {
+      if (l->su < UNIT_HINT) {
         size_t off = l->su * LANE_UNIT, end = off + unit_len(x, l->su), lim = KT_MIN(end, x->avail);
         if (off + l->sdone < lim) {
           cdata = lim - off - l->sdone;
@@ -407,6 +414,15 @@ static kt_result send_striped(kt__exec *ex, int peer, struct lane *l, kt__xfer *
     int records = m;
     if (!open && x->next_unit == units && !(l->srec && l->su == UNIT_END)) {
       nd[m] = (struct unit_desc){UNIT_MAGIC, UNIT_END};
+      nbytes[m] = 0;
+      iov[k++] = (struct iovec){&nd[m], sizeof nd[m]};
+      records++;
+    } else if (m == 0 && !l->srec && x->next_unit >= l->shint + HINT_UNITS) {
+      /* Claiming nothing while other lanes claim units as the producer makes
+       * them (lane 0, tried first, often takes them all): tell the receiver
+       * that this lane sends nothing below x->next_unit, or its prefix
+       * (recv_prefix) would stay at this lane's last unit until the end. */
+      nd[m] = (struct unit_desc){HINT_MAGIC, (uint32_t)x->next_unit};
       nbytes[m] = 0;
       iov[k++] = (struct iovec){&nd[m], sizeof nd[m]};
       records++;
@@ -442,8 +458,10 @@ static kt_result send_striped(kt__exec *ex, int peer, struct lane *l, kt__xfer *
         break;
       }
       l->srec = true;
-      l->su = nd[i].unit;
+      l->su = nd[i].magic == HINT_MAGIC ? UNIT_HINT : nd[i].unit;
       l->sd = nd[i];
+      if (l->su < UNIT_HINT) l->shint = (size_t)l->su + 1;
+      else if (l->su == UNIT_HINT) l->shint = nd[i].unit;
       l->sdesc = KT_MIN(rem, sizeof nd[i]);
       rem -= l->sdesc;
       l->sdone = KT_MIN(rem, nbytes[i]);
@@ -467,7 +485,7 @@ static kt_result advance_sends(kt__exec *ex, int peer, int s, bool *moved) {
     else if (!past) KT_CHECK(send_striped(ex, peer, l, x, moved, &past));
     if (!past) return KT_SUCCESS;
     l->scur = x->next;
-    l->shdr = l->sdone = l->sdesc = 0;
+    l->shdr = l->sdone = l->sdesc = l->shint = 0;
     l->srec = false;
     lane_passed(&p->sq_head, &p->sq_tail, x);
   }
@@ -582,6 +600,15 @@ static kt_result recv_striped(kt__exec *ex, int peer, struct peer *p, int s, kt_
     }
     l->rdesc += rem;
     if (l->rdesc == sizeof l->rd) {
+      if (l->rd.magic == HINT_MAGIC) { /* nothing of this lane below unit rd.unit from now on */
+        if (l->rd.unit > units || l->rd.unit * LANE_UNIT < l->rlow)
+          return corrupt_stream(ex, peer, s, x, "hint out of order");
+        l->rlow = l->rd.unit * LANE_UNIT;
+        l->rdesc = 0;
+        x->done = recv_prefix(p, x, n);
+        if ((size_t)r < total) return KT_SUCCESS;
+        continue;
+      }
       if (l->rd.magic != UNIT_MAGIC) return corrupt_stream(ex, peer, s, x, "bad record descriptor");
       if (l->rd.unit == UNIT_END) {
         *past = true;
@@ -1147,7 +1174,8 @@ static int set_nonblock(int fd) {
   return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-static void tune_socket(int fd) {
+/* striped: a data connection of a pair with several (nlanes > 1). */
+static void tune_socket(int fd, bool striped) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   int64_t bufsz = kt__param_SOCKET_BUFFER_BYTES();
@@ -1162,9 +1190,11 @@ static void tune_socket(int fd) {
   }
   /* Striped messages (send_striped) are balanced by what each connection
    * takes: with the kernel's default, a connection takes megabytes it has not
-   * sent yet, and the lanes finish milliseconds apart. */
+   * sent yet, and the lanes finish milliseconds apart. A pair with one
+   * connection has nothing to balance, and keeps the kernel's room for a
+   * kt_send that completes before its receiver reads (docs/failures.md). */
   int64_t notsent = kt__param_TCP_NOTSENT_BYTES();
-  if (notsent > 0) {
+  if (striped && notsent > 0) {
     int v = (int)KT_MIN(KT_MAX(notsent, (int64_t)LANE_UNIT), INT32_MAX);
     setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof v);
   }
@@ -1414,7 +1444,7 @@ kt_result kt__tcp_mesh(struct kt_comm_s *c, const kt__tcp_addr *all) {
     if (set_nonblock(p->ctrl_fd) != 0) return kt__err(KT_ERR_SYSTEM, "fcntl: %s", strerror(errno));
     for (int l = 0; l < p->nlanes; l++) {
       if (set_nonblock(p->lane[l].fd) != 0) return kt__err(KT_ERR_SYSTEM, "fcntl: %s", strerror(errno));
-      tune_socket(p->lane[l].fd);
+      tune_socket(p->lane[l].fd, p->nlanes > 1);
     }
     int one = 1;
     setsockopt(p->ctrl_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

@@ -11,8 +11,12 @@
  * every message holds its bytes, each connection received what its other end
  * sent and together the striped messages' bytes, and the narrow connection
  * carried less than the others (units go to the connection that takes them;
- * a fixed share would give each the same). A corrupt record descriptor is an error naming
- * the sender, not a crash or a hang.
+ * a fixed share would give each the same). A message produced slower than
+ * the sockets take it is usable as it arrives (the lanes that claim nothing
+ * send hints). A lane that could send has a full socket after progress (a
+ * blocking wait would otherwise spin). A corrupt stream (a unit out of range
+ * or descending, a bad descriptor, units missing at the end) is an error
+ * naming the sender, not a crash, a hang or a completed message.
  *
  * Usage: test_tcp_stripe (no arguments; exit status 0 when every check held). */
 #include "../../src/transport/tcp.c"
@@ -99,12 +103,28 @@ static void run_case(int lanes, int narrow, size_t produce_step) {
   struct peer *pa = &a.c.tcp->peers[1], *pb = &b.c.tcp->peers[0];
   int64_t until = kt__now_ns() + 30000000000LL;
   size_t checked[NMSG] = {0};
+  bool spun = false;
+  size_t early = 0; /* most of message 4 reported received before its sender had produced 3/4 of it */
   for (;;) {
     kt__clear_error();
-    kt_result ra = kt__net_progress(&a.ex, false), rb = kt__net_progress(&b.ex, false);
+    kt_result ra = kt__net_progress(&a.ex, false);
+    /* A lane that says it could send (and so would be polled for POLLOUT)
+     * has a full socket after a pass of progress: else a blocking wait would
+     * spin on it. */
+    for (int l = 0; l < lanes && ra == KT_SUCCESS && !spun; l++) {
+      struct pollfd pf = {pa->lane[l].fd, POLLOUT, 0};
+      if (lane_can_send(pa, l) && poll(&pf, 1, 0) == 1 && (pf.revents & POLLOUT)) {
+        CHECK(0, "%d connections: connection %d could send and its socket has room after progress", lanes, l);
+        spun = true;
+      }
+    }
+    kt_result rb = kt__net_progress(&b.ex, false);
     CHECK(ra == KT_SUCCESS && rb == KT_SUCCESS, "progress: %s", kt_last_error());
     if (ra != KT_SUCCESS || rb != KT_SUCCESS) break;
-    if (produce_step && tx[4].avail < tx[4].len) tx[4].avail = KT_MIN(tx[4].len, tx[4].avail + produce_step);
+    if (produce_step && tx[4].avail < tx[4].len) {
+      if (tx[4].avail < tx[4].len * 3 / 4) early = KT_MAX(early, rx[4].done);
+      tx[4].avail = KT_MIN(tx[4].len, tx[4].avail + produce_step);
+    }
     bool all = true;
     for (size_t m = 0; m < NMSG; m++) {
       CHECK(rx[m].done <= rx[m].len, "message %zu reports %zu of %zu bytes", m, rx[m].done, rx[m].len);
@@ -145,12 +165,21 @@ static void run_case(int lanes, int narrow, size_t produce_step) {
   CHECK(sent == striped && received == striped, "striped bytes: %llu sent, %llu received, %llu in the messages",
         (unsigned long long)sent, (unsigned long long)received, (unsigned long long)striped);
   if (narrow) CHECK(pb->lane[0].rbytes < others, "the narrow connection carried less than the widest other");
+  /* While a message is produced slower than the sockets take it, the lane
+   * tried first claims each unit as it appears and the others claim none;
+   * their hints must still let the receiver use what has arrived. */
+  if (produce_step)
+    CHECK(early >= lens[4] / 2, "%zu of %zu bytes of the streamed message usable before 3/4 of it was produced",
+          early, lens[4]);
   kt__tcp_close(&a.c, false);
   kt__tcp_close(&b.c, false);
 }
 
-/* A record descriptor that is not one: an error naming rank 0, no crash. */
-static void corrupt_case(void) {
+/* A corrupt stream on a 2-connection pair: lane l gets the header then
+ * stream[l]; the receive must fail with KT_ERR_INTERNAL naming rank 0 and
+ * saying why (want), not crash, hang or complete. */
+static void corrupt_case(const char *what, size_t len, const unsigned char *stream[2], const size_t slen[2],
+                         const char *want) {
   struct side b;
   side_init(&b, 1, 2);
   struct peer *pb = &b.c.tcp->peers[0];
@@ -158,28 +187,64 @@ static void corrupt_case(void) {
   for (int l = 0; l < 3; l++) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) abort();
+    int buf = 1 << 20;
+    setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
     if (l < 2) pb->lane[l].fd = sv[0];
     else pb->ctrl_fd = sv[0];
     far[l] = sv[1];
   }
-  size_t len = 3 * LANE_UNIT;
   unsigned char *rbuf = malloc(len);
   kt__xfer rx;
   kt__xfer_recv(&rx, 0, rbuf, len, 5);
-  CHECK(kt__net_post(&b.ex, &rx) == KT_SUCCESS, "post");
+  CHECK(kt__net_post(&b.ex, &rx) == KT_SUCCESS, "%s: post", what);
   hdr h = op_hdr(&b.op, 5, len);
-  struct unit_desc bad[2] = {{UNIT_MAGIC, 7}, {0x12345678, 0}}; /* unit past the end; bad magic */
   for (int l = 0; l < 2; l++) {
-    CHECK(write(far[l], &h, sizeof h) == sizeof h, "write header");
-    CHECK(write(far[l], &bad[l], sizeof bad[l]) == sizeof bad[l], "write descriptor");
+    CHECK(write(far[l], &h, sizeof h) == sizeof h, "%s: write header", what);
+    CHECK(write(far[l], stream[l], slen[l]) == (ssize_t)slen[l], "%s: write lane %d", what, l);
   }
-  kt__clear_error();
-  kt_result r = kt__net_progress(&b.ex, false);
-  CHECK(r == KT_ERR_INTERNAL && strstr(kt_last_error(), "corrupt data stream from rank 0"),
-        "a corrupt descriptor is reported: %d %s", (int)r, kt_last_error());
+  kt_result r = KT_SUCCESS;
+  for (int i = 0; i < 100 && r == KT_SUCCESS && !rx.complete; i++) {
+    kt__clear_error();
+    r = kt__net_progress(&b.ex, false);
+  }
+  CHECK(r == KT_ERR_INTERNAL && strstr(kt_last_error(), "corrupt data stream from rank 0") &&
+            strstr(kt_last_error(), want),
+        "%s: reported as corrupt (%s): got %d, %s", what, want, (int)r, kt_last_error());
   for (int l = 0; l < 3; l++) close(far[l]);
   free(rbuf);
   kt__tcp_close(&b.c, false);
+}
+
+/* A record: descriptor (magic, unit) and n bytes of data, appended at *at. */
+static size_t put_record(unsigned char *at, uint32_t magic, uint32_t unit, size_t n) {
+  struct unit_desc d = {magic, unit};
+  memcpy(at, &d, sizeof d);
+  memset(at + sizeof d, 0x5a, n);
+  return sizeof d + n;
+}
+
+static void corrupt_cases(void) {
+  static unsigned char a[3 * (LANE_UNIT + 16)], b[3 * (LANE_UNIT + 16)];
+  const unsigned char *st[2] = {a, b};
+  size_t n[2];
+  n[0] = put_record(a, UNIT_MAGIC, 7, 0); /* past the last unit of 3 */
+  n[1] = put_record(b, 0x12345678, 0, 0);
+  corrupt_case("unit out of range", 3 * LANE_UNIT, st, n, "unit out of order");
+  n[0] = put_record(a, 0x12345678, 0, 0);
+  n[1] = 0;
+  corrupt_case("bad magic", 3 * LANE_UNIT, st, n, "bad record descriptor");
+  n[0] = put_record(a, UNIT_MAGIC, 1, LANE_UNIT);
+  n[0] += put_record(a + n[0], UNIT_MAGIC, 0, 0); /* descending */
+  n[1] = 0;
+  corrupt_case("descending units", 3 * LANE_UNIT, st, n, "unit out of order");
+  n[0] = put_record(a, UNIT_MAGIC, 0, LANE_UNIT);
+  n[0] += put_record(a + n[0], UNIT_MAGIC, UNIT_END, 0);
+  n[1] = put_record(b, UNIT_MAGIC, UNIT_END, 0); /* units 1 and 2 never sent */
+  corrupt_case("units missing", 3 * LANE_UNIT, st, n, "do not add up");
+  n[0] = put_record(a, HINT_MAGIC, 2, 0);
+  n[0] += put_record(a + n[0], UNIT_MAGIC, 1, 0); /* below its own hint */
+  n[1] = 0;
+  corrupt_case("unit below a hint", 3 * LANE_UNIT, st, n, "unit out of order");
 }
 
 int main(void) {
@@ -189,7 +254,7 @@ int main(void) {
   run_case(3, 0, 10007);
   run_case(3, 16384, 0);
   run_case(4, 8192, 0);
-  corrupt_case();
+  corrupt_cases();
   if (failures) fprintf(stderr, "test_tcp_stripe: %d check(s) failed\n", failures);
   else printf("test_tcp_stripe: all checks passed\n");
   return failures ? 1 : 0;
