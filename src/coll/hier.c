@@ -27,10 +27,10 @@ kt_result kt__hier_phase(kt__exec *ex, struct kt_comm_s *child, kt__op *op, cons
 
 void kt__hier_shards(size_t n, int S, int L, size_t *counts, size_t *displs) {
   for (int r = 0; r < L; r++) {
-    size_t lo, hi;
-    kt__hier_piece(n, S, KT_MIN(r, S - 1), &lo, &hi);
-    displs[r] = r < S ? lo : n;
-    counts[r] = r < S ? hi - lo : 0;
+    size_t lo = n, hi = n; /* ranks from S on hold nothing */
+    if (r < S) kt__hier_piece(n, S, r, &lo, &hi);
+    displs[r] = lo;
+    counts[r] = hi - lo;
   }
 }
 

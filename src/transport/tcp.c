@@ -599,16 +599,12 @@ static kt_result recv_striped(kt__exec *ex, int peer, struct peer *p, int s, kt_
       }
     }
     l->rdesc += rem;
-    if (l->rdesc == sizeof l->rd) {
-      if (l->rd.magic == HINT_MAGIC) { /* nothing of this lane below unit rd.unit from now on */
-        if (l->rd.unit > units || l->rd.unit * LANE_UNIT < l->rlow)
-          return corrupt_stream(ex, peer, s, x, "hint out of order");
-        l->rlow = l->rd.unit * LANE_UNIT;
-        l->rdesc = 0;
-        x->done = recv_prefix(p, x, n);
-        if ((size_t)r < total) return KT_SUCCESS;
-        continue;
-      }
+    if (l->rdesc == sizeof l->rd && l->rd.magic == HINT_MAGIC) { /* nothing of this lane below rd.unit now */
+      if (l->rd.unit > units || l->rd.unit * LANE_UNIT < l->rlow)
+        return corrupt_stream(ex, peer, s, x, "hint out of order");
+      l->rlow = l->rd.unit * LANE_UNIT;
+      l->rdesc = 0;
+    } else if (l->rdesc == sizeof l->rd) {
       if (l->rd.magic != UNIT_MAGIC) return corrupt_stream(ex, peer, s, x, "bad record descriptor");
       if (l->rd.unit == UNIT_END) {
         *past = true;
