@@ -288,8 +288,33 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
   }
 }
 
+/* c->ll_cut: what model_pick and can_run decide for a small op of even
+ * blocks, per collective, where nothing forces another algorithm. Over a
+ * segment's life nothing they read changes (KAITIAN_* once per process, the
+ * segment's oversubscription at its creation). */
+static void init_ll_cut(struct kt_comm_s *c) {
+  for (int cl = 0; cl < KT_COLL_COUNT; cl++) {
+    c->ll_cut[cl] = -1;
+    if (!c->shm || forced[cl] >= 0 || pick_idx[cl][PICK_SHM_LL] < 0) continue;
+    kt__op probe = {.coll = (kt__coll)cl, .dtype = KT_UINT8};
+    int64_t ll = ll_limit(c, &probe);
+    if (ll <= 0) continue;
+    int64_t fits = (int64_t)kt__shm_ll_max() / (cl == KT_COLL_SCATTER ? c->size : 1);
+    c->ll_cut[cl] = cl == KT_COLL_BARRIER ? 0 : KT_MIN(ll, fits);
+  }
+  c->ll_cut_set = true;
+}
+
 kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, bool phase, const char **name) {
+  /* The small ops' pick without the model: its cost is a fair part of a
+   * sub-microsecond op. */
+  if (c->ll_cut_set && !op->counts && (int64_t)(op->count * kt_dtype_size(op->dtype)) <= c->ll_cut[op->coll]) {
+    const algo *a = &algos[pick_idx[op->coll][PICK_SHM_LL]];
+    *name = a->name;
+    return a->fn;
+  }
   pthread_once(&tuner_once, init_tuner);
+  if (!c->ll_cut_set) init_ll_cut(c);
   int a = phase ? -1 : forced[op->coll];
   if (a >= 0 && !can_run(c, op, &algos[a])) {
     KT_INFO("rank %d: KAITIAN_ALGO forces %s=%s, which cannot run this call; using the tuner's pick",

@@ -68,6 +68,25 @@ static kt_result check_req(kt_comm c, const char *fn, bool nonblocking, kt_reque
 
 static kt_result issue(kt_comm c, kt__op *op, kt_request *req) { return kt__issue(c, op, req); }
 
+/* Every field of o set one by one: a designated initializer zeroes the whole
+ * struct first (rep stos, a fair part of a sub-microsecond call). */
+static inline void op_init(kt__op *o, kt__coll coll, const void *sb, void *rb, size_t count, kt_dtype dt,
+                           kt_op op, int root) {
+  o->coll = coll;
+  o->sendbuf = sb;
+  o->recvbuf = rb;
+  o->count = count;
+  o->count2 = 0;
+  o->dtype = dt;
+  o->op = op;
+  o->root = root;
+  o->peer2 = 0;
+  o->tag = 0;
+  o->counts = o->displs = o->counts2 = o->displs2 = NULL;
+  o->seq = 0;
+  o->partial = false;
+}
+
 #define BEGIN(fn, nb)                              \
   kt__clear_error();                               \
   KT_CHECK(check_comm(comm, fn));                  \
@@ -83,7 +102,8 @@ static kt_result allreduce(const void *sb, void *rb, size_t count, kt_dtype dt, 
   KT_CHECK(check_op(comm, fn, dt, op));
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
-  kt__op o = {.coll = KT_COLL_ALLREDUCE, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt, .op = op};
+  kt__op o;
+  op_init(&o, KT_COLL_ALLREDUCE, sb, rb, count, dt, op, 0);
   return issue(comm, &o, req);
 }
 kt_result kt_allreduce(const void *sb, void *rb, size_t n, kt_dtype dt, kt_op op, kt_comm comm) {
@@ -103,7 +123,8 @@ static kt_result broadcast(const void *sb, void *rb, size_t count, kt_dtype dt, 
   KT_CHECK(check_rank(comm, fn, "root", root));
   if (comm->rank == root) KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
-  kt__op o = {.coll = KT_COLL_BROADCAST, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt, .root = root};
+  kt__op o;
+  op_init(&o, KT_COLL_BROADCAST, sb, rb, count, dt, 0, root);
   return issue(comm, &o, req);
 }
 kt_result kt_broadcast(const void *sb, void *rb, size_t n, kt_dtype dt, int root, kt_comm comm) {
@@ -124,7 +145,8 @@ static kt_result reduce(const void *sb, void *rb, size_t count, kt_dtype dt, kt_
   KT_CHECK(check_rank(comm, fn, "root", root));
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
   if (comm->rank == root) KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
-  kt__op o = {.coll = KT_COLL_REDUCE, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt, .op = op, .root = root};
+  kt__op o;
+  op_init(&o, KT_COLL_REDUCE, sb, rb, count, dt, op, root);
   return issue(comm, &o, req);
 }
 kt_result kt_reduce(const void *sb, void *rb, size_t n, kt_dtype dt, kt_op op, int root, kt_comm comm) {
@@ -144,7 +166,8 @@ static kt_result allgather(const void *sb, void *rb, size_t count, kt_dtype dt, 
   KT_CHECK(check_dtype(comm, fn, dt));
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, (size_t)comm->size, dt));
-  kt__op o = {.coll = KT_COLL_ALLGATHER, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt};
+  kt__op o;
+  op_init(&o, KT_COLL_ALLGATHER, sb, rb, count, dt, 0, 0);
   return issue(comm, &o, req);
 }
 kt_result kt_allgather(const void *sb, void *rb, size_t n, kt_dtype dt, kt_comm comm) {
@@ -221,7 +244,8 @@ static kt_result reduce_scatter(const void *sb, void *rb, size_t count, kt_dtype
   KT_CHECK(check_op(comm, fn, dt, op));
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, (size_t)comm->size, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
-  kt__op o = {.coll = KT_COLL_REDUCE_SCATTER, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt, .op = op};
+  kt__op o;
+  op_init(&o, KT_COLL_REDUCE_SCATTER, sb, rb, count, dt, op, 0);
   return issue(comm, &o, req);
 }
 kt_result kt_reduce_scatter(const void *sb, void *rb, size_t n, kt_dtype dt, kt_op op, kt_comm comm) {
@@ -243,7 +267,8 @@ static kt_result gather(const void *sb, void *rb, size_t count, kt_dtype dt, int
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
   KT_CHECK(check_total(comm, fn, count, dt));
   if (comm->rank == root) KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, (size_t)comm->size, dt));
-  kt__op o = {.coll = KT_COLL_GATHER, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt, .root = root};
+  kt__op o;
+  op_init(&o, KT_COLL_GATHER, sb, rb, count, dt, 0, root);
   return issue(comm, &o, req);
 }
 kt_result kt_gather(const void *sb, void *rb, size_t n, kt_dtype dt, int root, kt_comm comm) {
@@ -262,7 +287,8 @@ static kt_result scatter(const void *sb, void *rb, size_t count, kt_dtype dt, in
   KT_CHECK(check_total(comm, fn, count, dt));
   if (comm->rank == root) KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, (size_t)comm->size, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
-  kt__op o = {.coll = KT_COLL_SCATTER, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt, .root = root};
+  kt__op o;
+  op_init(&o, KT_COLL_SCATTER, sb, rb, count, dt, 0, root);
   return issue(comm, &o, req);
 }
 kt_result kt_scatter(const void *sb, void *rb, size_t n, kt_dtype dt, int root, kt_comm comm) {
@@ -281,7 +307,8 @@ static kt_result alltoall(const void *sb, void *rb, size_t count, kt_dtype dt, k
   KT_CHECK(check_dtype(comm, fn, dt));
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, (size_t)comm->size, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, (size_t)comm->size, dt));
-  kt__op o = {.coll = KT_COLL_ALLTOALL, .sendbuf = sb, .recvbuf = rb, .count = count, .dtype = dt};
+  kt__op o;
+  op_init(&o, KT_COLL_ALLTOALL, sb, rb, count, dt, 0, 0);
   return issue(comm, &o, req);
 }
 kt_result kt_alltoall(const void *sb, void *rb, size_t n, kt_dtype dt, kt_comm comm) {
@@ -326,7 +353,8 @@ kt_result kt_ialltoallv(const void *sb, const size_t *sc, const size_t *sd, void
 static kt_result barrier(kt_comm comm, kt_request *req, bool nb) {
   const char *fn = nb ? "kt_ibarrier" : "kt_barrier";
   BEGIN(fn, nb);
-  kt__op o = {.coll = KT_COLL_BARRIER, .dtype = KT_UINT8};
+  kt__op o;
+  op_init(&o, KT_COLL_BARRIER, NULL, NULL, 0, KT_UINT8, 0, 0);
   return issue(comm, &o, req);
 }
 kt_result kt_barrier(kt_comm comm) { return barrier(comm, NULL, false); }
@@ -344,7 +372,9 @@ static kt_result p2p(kt__coll coll, const void *sbuf, void *rbuf, size_t count, 
     return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: peer is this rank (use a local copy)", comm->rank, fn);
   if (tag < 0) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: tag %d is negative", comm->rank, fn, tag);
   KT_CHECK(check_buf(comm, fn, "buf", coll == KT_COLL_SEND ? sbuf : rbuf, count, 1, dt));
-  kt__op o = {.coll = coll, .sendbuf = sbuf, .recvbuf = rbuf, .count = count, .dtype = dt, .root = peer, .tag = tag};
+  kt__op o;
+  op_init(&o, coll, sbuf, rbuf, count, dt, 0, peer);
+  o.tag = tag;
   return issue(comm, &o, req);
 }
 kt_result kt_send(const void *buf, size_t n, kt_dtype dt, int peer, int tag, kt_comm comm) {

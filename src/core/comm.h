@@ -147,6 +147,12 @@ struct kt_comm_s {
    * communicator, each logged at INFO the first time. Only the executing op
    * touches it. */
   uint64_t algos_run;
+  /* The tuner's small-message pick, worked out at this communicator's first
+   * op (tuner.c): a collective of at most ll_cut[coll] bytes per rank, with
+   * even blocks, runs shm_ll (-1: never without the full model). Only the
+   * executing op touches it. */
+  bool ll_cut_set;
+  int64_t ll_cut[KT_COLL_COUNT];
 };
 
 /* Rank r as messages name it: a hierarchy child names the parent's rank. */

@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -213,6 +215,55 @@ char *kt__shm_region(const struct kt_comm_s *c, int r, int which, int par) {
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
   return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
 }
+
+static void wake_now(kt__shm *s) {
+  atomic_fetch_add(&s->hdr->gen, 1);
+  futex(&s->hdr->gen, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* After a seq_cst store a waiter may be waiting for: wake sleepers, if any. */
+static void wake_sleepers(kt__shm *s) {
+  if (atomic_load_explicit(&s->hdr->nwaiters, memory_order_seq_cst)) wake_now(s);
+}
+
+/* A waiter going to sleep counts itself in nwaiters and then looks at what it
+ * waits for once more; a poster stores, then reads nwaiters. Each side's
+ * store must be seen before its load (else both miss: the waiter sleeps
+ * through a 20 ms slice). The small-message posts, the hot side, leave that
+ * to the sleepers where the kernel has membarrier(GLOBAL_EXPEDITED): a
+ * poster orders its store and its load in the compiler only, and a sleeper's
+ * membarrier makes every running thread of a registered process pass a full
+ * barrier, so either the poster's store is visible to the waiter's second
+ * look or the poster's load comes after the waiter's count. Measured on a
+ * 2-vCPU VM, a 2-rank 8 B broadcast took 0.15 us with it and 0.17 with the
+ * poster's full fence (a locked exchange, which waits for the line's
+ * transfer). Without membarrier every post fences. */
+static int asym_fence; /* 1: this process registered; -1: not available */
+static pthread_once_t asym_once = PTHREAD_ONCE_INIT;
+
+static void asym_init(void) {
+  long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  long need = MEMBARRIER_CMD_GLOBAL_EXPEDITED | MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED;
+  asym_fence = cmds >= 0 && (cmds & need) == need &&
+                       syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0
+                   ? 1
+                   : -1;
+  if (asym_fence < 0) KT_INFO("membarrier(GLOBAL_EXPEDITED) unavailable: small-message posts fence");
+}
+
+/* Store flag = v as the small-message protocol's last store of a post, then
+ * wake sleepers. */
+static void ll_publish(kt__shm *s, _Atomic uint64_t *flag, uint64_t v) {
+  if (asym_fence > 0) {
+    atomic_store_explicit(flag, v, memory_order_release);
+    atomic_signal_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&s->hdr->nwaiters, memory_order_relaxed)) wake_now(s);
+    return;
+  }
+  atomic_store_explicit(flag, v, memory_order_seq_cst);
+  wake_sleepers(s);
+}
+
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -576,6 +627,7 @@ kt_result kt__shm_setup(struct kt_comm_s *c, uint64_t owed) {
   int ncpu = local_cpus(base, n);
   s->oversubscribed = ncpu > 0 && n > ncpu;
   s->spin_ns = kt__param_SHM_SPIN_NS();
+  pthread_once(&asym_once, asym_init);
   s->maps = calloc((size_t)n * SHM_MAPS, sizeof *s->maps);
   s->direct_off = !s->maps || kt__param_SHM_DIRECT_BYTES() <= 0;
   c->shm = s;
@@ -633,14 +685,6 @@ void kt__shm_op_begin(kt__exec *ex) {
   mark_alive_at(s, ex->start_ns);
   kt__op_sig(ex->op, s->n, &s->cur);
   s->sig_checked = false;
-}
-
-/* After a seq_cst store a waiter may be waiting for: wake sleepers, if any. */
-static void wake_sleepers(kt__shm *s) {
-  if (atomic_load_explicit(&s->hdr->nwaiters, memory_order_seq_cst)) {
-    atomic_fetch_add(&s->hdr->gen, 1);
-    futex(&s->hdr->gen, FUTEX_WAKE, INT_MAX, NULL);
-  }
 }
 
 uint64_t kt__shm_post(kt__exec *ex) {
@@ -781,6 +825,7 @@ static kt_result wait_ready_or_stuck(kt__exec *ex, int r, uint64_t target, ready
       mark_alive(s);
     }
     atomic_fetch_add_explicit(&s->hdr->nwaiters, 1, memory_order_seq_cst);
+    if (asym_fence > 0) syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0); /* ll_publish */
     uint32_t g = atomic_load_explicit(&s->hdr->gen, memory_order_seq_cst);
     if (!ready(s, arg) && !atomic_load(&s->hdr->failed)) {
       struct timespec ts = {0, 20000000}; /* 20 ms slices */
@@ -1248,9 +1293,9 @@ kt_result kt__shm_ll_post(kt__exec *ex, const void *payload, size_t bytes) {
     len = off < bytes ? KT_MIN(len, bytes - off) : 0;
     if (i == 0) memcpy(l->data, &s->cur, sizeof s->cur);
     if (len) memcpy(l->data + (i == 0 ? sizeof s->cur : 0), src + off, len);
-    atomic_store_explicit(&l->flag, seq, i == 0 ? memory_order_seq_cst : memory_order_release);
+    if (i > 0) atomic_store_explicit(&l->flag, seq, memory_order_release);
+    else ll_publish(s, &l->flag, seq);
   }
-  wake_sleepers(s);
   return KT_SUCCESS;
 }
 
