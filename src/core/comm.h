@@ -132,6 +132,14 @@ struct kt_comm_s {
   bool thread_started, stopping;
   pthread_t thread;
   uint64_t issued;              /* collectives issued: the last op->seq */
+  /* The owner's path (progress.c): blocking calls of the one thread that
+   * has issued on this communicator run without mu. fast_ok: 1 while that
+   * holds (0 for good once another thread, a non-blocking call or destroy
+   * comes); fast_state: the owner's 0 outside, 1 entering, 2 running an op;
+   * fast_proxy (mu): busy was set on behalf of the owner's running op. */
+  atomic_int fast_ok, fast_state;
+  bool fast_owner_set, fast_proxy;
+  pthread_t fast_owner;
 
   /* Error state: once broken, every op fails with this. */
   atomic_int broken;            /* kt_result, 0 while healthy */

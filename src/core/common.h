@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -107,6 +108,20 @@ static inline size_t kt__dtype_size(kt_dtype d) { return (unsigned)d < KT_NUM_DT
 #define kt_dtype_size(d) kt__dtype_size(d)
 
 KT_INTERNAL int64_t kt__now_ns(void);
+
+/* ---- asymmetric fences -------------------------------------------------------
+ * Where one side of a store-then-load handshake runs per op and the other
+ * rarely (a sleeper, a second thread), the hot side orders its store and
+ * load in the compiler only (kt__light_fence) and the rare side calls
+ * kt__heavy_fence, membarrier(GLOBAL_EXPEDITED): every running thread of a
+ * process that registered passes a full barrier, so either the hot side's
+ * store is visible to the rare side's load or the hot side's load sees the
+ * rare side's store. kt__heavy_fence_ok: this process registered (once; the
+ * kernel has it); otherwise the hot side must fence itself. */
+KT_INTERNAL bool kt__heavy_fence_ok(void);
+KT_INTERNAL void kt__heavy_fence(void);
+#define kt__light_fence() atomic_signal_fence(memory_order_seq_cst)
+
 /* CLOCK_MONOTONIC to the kernel tick, rounded up (never behind kt__now_ns,
  * up to a tick ahead), at a fraction of kt__now_ns's cost: for deadlines and
  * liveness beats, read on every op; never for spin limits. */

@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <sys/syscall.h>
 #if defined(__x86_64__) && defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -86,6 +89,28 @@ size_t kt__stream_min_bytes(void) {
     atomic_store_explicit(&stream_min, v, memory_order_relaxed);
   }
   return (size_t)v;
+}
+
+static bool heavy_ok;
+static pthread_once_t heavy_once = PTHREAD_ONCE_INIT;
+
+static void heavy_init(void) {
+  long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  long need = MEMBARRIER_CMD_GLOBAL_EXPEDITED | MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED;
+  heavy_ok = cmds >= 0 && (cmds & need) == need &&
+             syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+  if (!heavy_ok) KT_INFO("membarrier(GLOBAL_EXPEDITED) unavailable: the per-op handshakes fence themselves");
+}
+
+bool kt__heavy_fence_ok(void) {
+  pthread_once(&heavy_once, heavy_init);
+  return heavy_ok;
+}
+
+void kt__heavy_fence(void) {
+  /* Registered, it fails only on bad arguments; a failure would cost a
+   * lost wake-up (a sleep slice), not a hang. */
+  syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0);
 }
 
 static _Atomic int64_t coarse_res = -1; /* CLOCK_MONOTONIC_COARSE's resolution, ns */

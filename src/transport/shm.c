@@ -7,8 +7,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
-#include <linux/membarrier.h>
-#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -126,6 +124,7 @@ struct kt__shm {
   sig cur;               /* signature of the op in progress */
   int par;               /* parity of the current iteration */
   bool oversubscribed;   /* more local ranks than CPUs: yield, do not spin */
+  bool asym_fence;       /* kt__heavy_fence_ok(): posts leave the fence to sleepers (ll_publish) */
   int64_t spin_ns;
   struct chan *chans;    /* point-to-point ring heads, one per ordered pair */
   char *rings;           /* their rings, p2p bytes each */
@@ -230,33 +229,15 @@ static void wake_sleepers(kt__shm *s) {
  * waits for once more; a poster stores, then reads nwaiters. Each side's
  * store must be seen before its load (else both miss: the waiter sleeps
  * through a 20 ms slice). The small-message posts, the hot side, leave that
- * to the sleepers where the kernel has membarrier(GLOBAL_EXPEDITED): a
- * poster orders its store and its load in the compiler only, and a sleeper's
- * membarrier makes every running thread of a registered process pass a full
- * barrier, so either the poster's store is visible to the waiter's second
- * look or the poster's load comes after the waiter's count. Measured on a
- * 2-vCPU VM, a 2-rank 8 B broadcast took 0.15 us with it and 0.17 with the
- * poster's full fence (a locked exchange, which waits for the line's
- * transfer). Without membarrier every post fences. */
-static int asym_fence; /* 1: this process registered; -1: not available */
-static pthread_once_t asym_once = PTHREAD_ONCE_INIT;
-
-static void asym_init(void) {
-  long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-  long need = MEMBARRIER_CMD_GLOBAL_EXPEDITED | MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED;
-  asym_fence = cmds >= 0 && (cmds & need) == need &&
-                       syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0
-                   ? 1
-                   : -1;
-  if (asym_fence < 0) KT_INFO("membarrier(GLOBAL_EXPEDITED) unavailable: small-message posts fence");
-}
-
+ * to the sleepers where they can (kt__heavy_fence). Measured on a 2-vCPU
+ * VM, a 2-rank 8 B broadcast took 0.15 us so and 0.17 with the poster's full
+ * fence (a locked exchange, which waits for the line's transfer). */
 /* Store flag = v as the small-message protocol's last store of a post, then
  * wake sleepers. */
 static void ll_publish(kt__shm *s, _Atomic uint64_t *flag, uint64_t v) {
-  if (asym_fence > 0) {
+  if (s->asym_fence) {
     atomic_store_explicit(flag, v, memory_order_release);
-    atomic_signal_fence(memory_order_seq_cst);
+    kt__light_fence();
     if (atomic_load_explicit(&s->hdr->nwaiters, memory_order_relaxed)) wake_now(s);
     return;
   }
@@ -627,7 +608,7 @@ kt_result kt__shm_setup(struct kt_comm_s *c, uint64_t owed) {
   int ncpu = local_cpus(base, n);
   s->oversubscribed = ncpu > 0 && n > ncpu;
   s->spin_ns = kt__param_SHM_SPIN_NS();
-  pthread_once(&asym_once, asym_init);
+  s->asym_fence = kt__heavy_fence_ok();
   s->maps = calloc((size_t)n * SHM_MAPS, sizeof *s->maps);
   s->direct_off = !s->maps || kt__param_SHM_DIRECT_BYTES() <= 0;
   c->shm = s;
@@ -825,7 +806,7 @@ static kt_result wait_ready_or_stuck(kt__exec *ex, int r, uint64_t target, ready
       mark_alive(s);
     }
     atomic_fetch_add_explicit(&s->hdr->nwaiters, 1, memory_order_seq_cst);
-    if (asym_fence > 0) syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0); /* ll_publish */
+    if (s->asym_fence) kt__heavy_fence(); /* ll_publish */
     uint32_t g = atomic_load_explicit(&s->hdr->gen, memory_order_seq_cst);
     if (!ready(s, arg) && !atomic_load(&s->hdr->failed)) {
       struct timespec ts = {0, 20000000}; /* 20 ms slices */

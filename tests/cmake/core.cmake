@@ -5,6 +5,15 @@ foreach(np 1 3)
   set_tests_properties(cq_np${np} PROPERTIES TIMEOUT 120 LABELS core ENVIRONMENT "KAITIAN_TIMEOUT=60000")
 endforeach()
 
+# The owner's path: one thread's blocking calls without the lock, until a
+# second thread or a non-blocking call comes (also mid-op).
+kt_add_test_exe(owner_test ${KT_TEST_DIR}/c/owner_test.c)
+target_link_libraries(owner_test PRIVATE Threads::Threads)
+foreach(np 2 3)
+  add_test(NAME owner_np${np} COMMAND ${KT_CLI} run -n ${np} $<TARGET_FILE:owner_test>)
+  set_tests_properties(owner_np${np} PROPERTIES TIMEOUT 120 LABELS core ENVIRONMENT "KAITIAN_TIMEOUT=60000")
+endforeach()
+
 # The job's shape from the environment: host lists (against scontrol where it
 # is installed), tasks-per-node lists, every source, bad environments.
 kt_add_test_exe(test_jobenv ${KT_TEST_DIR}/c/test_jobenv.c)
