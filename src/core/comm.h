@@ -135,7 +135,8 @@ struct kt_comm_s {
   /* The owner's path (progress.c): blocking calls of the one thread that
    * has issued on this communicator run without mu. fast_ok: 1 while that
    * holds (0 for good once another thread, a non-blocking call or destroy
-   * comes); fast_state: the owner's 0 outside, 1 entering, 2 running an op;
+   * comes); fast_state: the owner's FAST_* (progress.c): outside, entering,
+   * running an op, leaving;
    * fast_proxy (mu): busy was set on behalf of the owner's running op. */
   atomic_int fast_ok, fast_state;
   bool fast_owner_set, fast_proxy;

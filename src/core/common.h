@@ -119,7 +119,7 @@ KT_INTERNAL int64_t kt__now_ns(void);
  * rare side's store. kt__heavy_fence_ok: this process registered (once; the
  * kernel has it); otherwise the hot side must fence itself. */
 KT_INTERNAL bool kt__heavy_fence_ok(void);
-KT_INTERNAL void kt__heavy_fence(void);
+KT_INTERNAL bool kt__heavy_fence(void); /* false: it failed (ENOMEM), no barrier */
 #define kt__light_fence() atomic_signal_fence(memory_order_seq_cst)
 
 /* CLOCK_MONOTONIC to the kernel tick, rounded up (never behind kt__now_ns,

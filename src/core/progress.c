@@ -91,18 +91,34 @@ static void *progress_main(void *arg) {
  * reading fast_ok in the compiler only, and runs the op if fast_ok still
  * holds. Whoever else comes turns the owner's path off for good under mu
  * (fast_disable): it clears fast_ok and calls kt__heavy_fence, after which
- * either it sees the owner entering or running, or the owner sees fast_ok
- * cleared. An op the owner is running then counts as busy (fast_proxy) until
- * the owner, seeing fast_ok cleared after its op, hands back under mu. */
+ * either it sees the owner entering, running or leaving, or the owner sees
+ * fast_ok cleared. An op the owner is running then counts as busy
+ * (fast_proxy) until the owner, seeing fast_ok cleared after its op, hands
+ * back under mu; an owner leaving is waited for (it may need mu), so that
+ * kt_comm_destroy never frees what it still touches. */
+enum { FAST_OUT, FAST_ENTERING, FAST_RUNNING, FAST_LEAVING };
+
 static void fast_disable(struct kt_comm_s *c) {
   if (!atomic_load_explicit(&c->fast_ok, memory_order_relaxed)) return;
   atomic_store(&c->fast_ok, 0);
-  kt__heavy_fence();
-  int st;
-  while ((st = atomic_load_explicit(&c->fast_state, memory_order_acquire)) == 1) sched_yield(); /* a few instructions */
-  if (st == 2) {
-    c->busy = true;
-    c->fast_proxy = true;
+  /* The handshake needs the fence itself, not a lost wake-up's worth: a
+   * failure (ENOMEM where the kernel allocates its CPU mask) is retried. */
+  while (!kt__heavy_fence()) sched_yield();
+  for (;;) {
+    int st = atomic_load_explicit(&c->fast_state, memory_order_acquire);
+    if (st == FAST_ENTERING) { /* a few instructions */
+      sched_yield();
+    } else if (st == FAST_LEAVING) { /* it hands back under mu */
+      pthread_mutex_unlock(&c->mu);
+      sched_yield();
+      pthread_mutex_lock(&c->mu);
+    } else {
+      if (st == FAST_RUNNING) {
+        c->busy = true;
+        c->fast_proxy = true;
+      }
+      return;
+    }
   }
 }
 
@@ -114,27 +130,31 @@ static bool p2p_coll(kt__coll coll) {
 static bool fast_issue(struct kt_comm_s *c, kt__op *op, kt_result *res) {
   if (!atomic_load_explicit(&c->fast_ok, memory_order_acquire) || !pthread_equal(c->fast_owner, pthread_self()))
     return false;
-  atomic_store_explicit(&c->fast_state, 1, memory_order_relaxed);
+  atomic_store_explicit(&c->fast_state, FAST_ENTERING, memory_order_relaxed);
   kt__light_fence();
   if (!atomic_load_explicit(&c->fast_ok, memory_order_relaxed)) {
-    atomic_store_explicit(&c->fast_state, 0, memory_order_release);
+    atomic_store_explicit(&c->fast_state, FAST_OUT, memory_order_release);
     return false;
   }
   op->seq = p2p_coll(op->coll) ? 0 : ++c->issued;
-  atomic_store_explicit(&c->fast_state, 2, memory_order_release);
+  atomic_store_explicit(&c->fast_state, FAST_RUNNING, memory_order_release);
   *res = run_op(c, op);
-  atomic_store_explicit(&c->fast_state, 0, memory_order_release);
-  kt__light_fence();
-  if (!atomic_load_explicit(&c->fast_ok, memory_order_relaxed)) { /* somebody came: hand back */
-    pthread_mutex_lock(&c->mu);
-    if (c->fast_proxy) {
-      c->fast_proxy = false;
-      c->busy = false;
-    }
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-  }
   op_free_arrays(op);
+  atomic_store_explicit(&c->fast_state, FAST_LEAVING, memory_order_release);
+  kt__light_fence();
+  if (atomic_load_explicit(&c->fast_ok, memory_order_relaxed)) {
+    atomic_store_explicit(&c->fast_state, FAST_OUT, memory_order_release); /* the last touch of c */
+    return true;
+  }
+  /* Somebody came: hand back. */
+  pthread_mutex_lock(&c->mu);
+  if (c->fast_proxy) {
+    c->fast_proxy = false;
+    c->busy = false;
+  }
+  atomic_store_explicit(&c->fast_state, FAST_OUT, memory_order_release);
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
   return true;
 }
 

@@ -107,10 +107,10 @@ bool kt__heavy_fence_ok(void) {
   return heavy_ok;
 }
 
-void kt__heavy_fence(void) {
-  /* Registered, it fails only on bad arguments; a failure would cost a
-   * lost wake-up (a sleep slice), not a hang. */
-  syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0);
+bool kt__heavy_fence(void) {
+  /* Registered, it can still fail where the kernel allocates a CPU mask
+   * (ENOMEM): the caller decides what that costs. */
+  return syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0;
 }
 
 static _Atomic int64_t coarse_res = -1; /* CLOCK_MONOTONIC_COARSE's resolution, ns */

@@ -229,7 +229,10 @@ static void wake_sleepers(kt__shm *s) {
  * waits for once more; a poster stores, then reads nwaiters. Each side's
  * store must be seen before its load (else both miss: the waiter sleeps
  * through a 20 ms slice). The small-message posts, the hot side, leave that
- * to the sleepers where they can (kt__heavy_fence). Measured on a 2-vCPU
+ * to the sleepers where they can (kt__heavy_fence; decided per process: the
+ * ranks of a segment share a kernel, and a rank whose seccomp forbade
+ * membarrier while a peer's allowed it would cost stalls of a slice, not
+ * errors). Measured on a 2-vCPU
  * VM, a 2-rank 8 B broadcast took 0.15 us so and 0.17 with the poster's full
  * fence (a locked exchange, which waits for the line's transfer). */
 /* Store flag = v as the small-message protocol's last store of a post, then
@@ -646,10 +649,7 @@ void kt__shm_fail(struct kt_comm_s *c, kt_result r, const char *msg) {
 }
 
 void kt__shm_wake(struct kt_comm_s *c) {
-  kt__shm *s = c->shm;
-  if (!s) return;
-  atomic_fetch_add(&s->hdr->gen, 1);
-  futex(&s->hdr->gen, FUTEX_WAKE, INT_MAX, NULL);
+  if (c->shm) wake_now(c->shm);
 }
 
 /* ---- iterations ----------------------------------------------------------- */
@@ -806,7 +806,7 @@ static kt_result wait_ready_or_stuck(kt__exec *ex, int r, uint64_t target, ready
       mark_alive(s);
     }
     atomic_fetch_add_explicit(&s->hdr->nwaiters, 1, memory_order_seq_cst);
-    if (s->asym_fence) kt__heavy_fence(); /* ll_publish */
+    if (s->asym_fence) (void)kt__heavy_fence(); /* ll_publish; failing, a post may be missed for one slice */
     uint32_t g = atomic_load_explicit(&s->hdr->gen, memory_order_seq_cst);
     if (!ready(s, arg) && !atomic_load(&s->hdr->failed)) {
       struct timespec ts = {0, 20000000}; /* 20 ms slices */

@@ -1019,14 +1019,10 @@ static size_t op_bytes(const kt__op *op, int p) {
 void kt__net_op_begin(kt__exec *ex) {
   struct kt__tcp *t = ex->comm->tcp;
   if (!t) return;
-  const kt__op *op = ex->op;
-  bool send = op->coll == KT_COLL_SEND;
-  /* Over shared memory no op moves bytes over TCP: only a kt_send's notice
-   * time matters (and costs a clock read). */
-  if (ex->comm->shm && !send && t->sendwait_ns == INT64_MAX) return;
   t->idle_since_ns = 0; /* each op's first wait may spin */
   t->spin_op = t->spin_ns > 0 && op_bytes(ex->op, ex->comm->size) <= TCP_SPIN_MAX_BYTES;
-  t->sendwait_ns = send ? kt__now_ns() + STATUS_FIRST_NS : INT64_MAX;
+  const kt__op *op = ex->op;
+  t->sendwait_ns = op->coll == KT_COLL_SEND ? kt__now_ns() + STATUS_FIRST_NS : INT64_MAX;
   t->sendwait_gap_ns = STATUS_FIRST_NS;
   /* Point-to-point ops are not numbered (ranks issue different numbers of
    * them); over shared memory ranks compare signatures in the segment. */

@@ -4,13 +4,18 @@
  * also while the owner is inside an op. Every op here has the same signature
  * and inputs (rank + 1), so whichever op of another rank an op meets, its
  * sum is known: a wrong sum, a mismatch, an error or a hang (two ops at once
- * on one communicator) fails. Run under `kaitian run -n N`. */
+ * on one communicator) fails; so does destroying the communicator from
+ * another thread while the owner is inside an op (it must wait for the op).
+ * Run under `kaitian run -n N`. */
 #include "kaitian.h"
 
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define CHECK(cond, ...)                                                  \
   do {                                                                    \
@@ -59,6 +64,13 @@ static void *second(void *arg) {
   return NULL;
 }
 
+static void *destroyer(void *arg) {
+  pause_us(5000);
+  kt_result r = kt_comm_destroy((kt_comm)arg);
+  CHECK(r == KT_SUCCESS, "destroy from another thread: %s", kt_strerror(r));
+  return NULL;
+}
+
 int main(void) {
   kt_result r = kt_comm_init_env(&comm);
   CHECK(r == KT_SUCCESS, "init: %s", kt_strerror(r));
@@ -97,7 +109,27 @@ int main(void) {
   one(100, 1);
   for (int i = 101; i < 300; i++) one(i, 0);
   CHECK(kt_comm_destroy(child) == KT_SUCCESS, "destroy the split");
+
+  /* 5. Destroy from another thread while the owner waits inside an op
+   * (rank 0 enters late): it waits for the op, which completes. */
+  r = kt_comm_split(parent, 0, rank, &child);
+  CHECK(r == KT_SUCCESS, "split: %s", kt_strerror(r));
+  comm = child;
+  for (int i = 0; i < 100; i++) one(i, 0);
+  if (rank == 0) {
+    pause_us(20000);
+    one(100, 0);
+    CHECK(kt_comm_destroy(child) == KT_SUCCESS, "destroy the second split");
+  } else {
+    CHECK(pthread_create(&t, NULL, destroyer, child) == 0, "pthread_create");
+    one(100, 0);
+    CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+  }
   CHECK(kt_comm_destroy(parent) == KT_SUCCESS, "destroy");
-  if (rank == 0) printf("owner_test: %d ranks passed\n", size);
+  /* Without membarrier the owner's path stays off: only the locked path ran. */
+  long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  if (rank == 0)
+    printf("owner_test: %d ranks passed%s\n", size,
+           cmds >= 0 && (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) ? "" : " (no membarrier: the owner's path was off)");
   return 0;
 }
