@@ -68,8 +68,9 @@ static kt_result check_req(kt_comm c, const char *fn, bool nonblocking, kt_reque
 
 static kt_result issue(kt_comm c, kt__op *op, kt_request *req) { return kt__issue(c, op, req); }
 
-/* Every field of o set one by one: a designated initializer zeroes the whole
- * struct first (rep stos, a fair part of a sub-microsecond call). */
+/* Every field of o set one by one (the few an op needs beyond these are set
+ * after): a designated initializer zeroes the whole struct first (rep stos,
+ * a fair part of a sub-microsecond call). */
 static inline void op_init(kt__op *o, kt__coll coll, const void *sb, void *rb, size_t count, kt_dtype dt,
                            kt_op op, int root) {
   o->coll = coll;
@@ -214,7 +215,8 @@ static kt_result allgatherv(const void *sb, size_t sendcount, void *rb, const si
   BEGIN(fn, nb);
   KT_CHECK(check_dtype(comm, fn, dt));
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, sendcount, 1, dt));
-  kt__op o = {.coll = KT_COLL_ALLGATHERV, .sendbuf = sb, .recvbuf = rb, .count = sendcount, .dtype = dt};
+  kt__op o;
+  op_init(&o, KT_COLL_ALLGATHERV, sb, rb, sendcount, dt, 0, 0);
   KT_CHECK(copy_counts(comm, fn, "receive", recvcounts, displs, dt, rb, &o.counts, &o.displs));
   if (o.counts[comm->rank] != sendcount) {
     size_t want = o.counts[comm->rank];
@@ -323,7 +325,8 @@ static kt_result alltoallv(const void *sb, const size_t *sc, const size_t *sd, v
   const char *fn = nb ? "kt_ialltoallv" : "kt_alltoallv";
   BEGIN(fn, nb);
   KT_CHECK(check_dtype(comm, fn, dt));
-  kt__op o = {.coll = KT_COLL_ALLTOALLV, .sendbuf = sb, .recvbuf = rb, .dtype = dt};
+  kt__op o;
+  op_init(&o, KT_COLL_ALLTOALLV, sb, rb, 0, dt, 0, 0);
   KT_CHECK(copy_counts(comm, fn, "send", sc, sd, dt, sb, &o.counts, &o.displs));
   kt_result r = copy_counts(comm, fn, "receive", rc, rd, dt, rb, &o.counts2, &o.displs2);
   if (r == KT_SUCCESS && sb && sb == rb) {
@@ -404,7 +407,10 @@ kt_result kt_sendrecv(const void *sb, size_t sc, int dst, void *rb, size_t rc, i
                    comm->rank, fn, dst, src);
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, sc, 1, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, rc, 1, dt));
-  kt__op o = {.coll = KT_COLL_SENDRECV, .sendbuf = sb, .recvbuf = rb, .count = sc, .count2 = rc, .dtype = dt,
-              .root = dst, .peer2 = src, .tag = tag};
+  kt__op o;
+  op_init(&o, KT_COLL_SENDRECV, sb, rb, sc, dt, 0, dst);
+  o.count2 = rc;
+  o.peer2 = src;
+  o.tag = tag;
   return issue(comm, &o, req);
 }

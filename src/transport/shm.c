@@ -225,18 +225,17 @@ static void wake_sleepers(kt__shm *s) {
   if (atomic_load_explicit(&s->hdr->nwaiters, memory_order_seq_cst)) wake_now(s);
 }
 
-/* A waiter going to sleep counts itself in nwaiters and then looks at what it
- * waits for once more; a poster stores, then reads nwaiters. Each side's
- * store must be seen before its load (else both miss: the waiter sleeps
- * through a 20 ms slice). The small-message posts, the hot side, leave that
- * to the sleepers where they can (kt__heavy_fence; decided per process: the
- * ranks of a segment share a kernel, and a rank whose seccomp forbade
- * membarrier while a peer's allowed it would cost stalls of a slice, not
- * errors). Measured on a 2-vCPU
- * VM, a 2-rank 8 B broadcast took 0.15 us so and 0.17 with the poster's full
- * fence (a locked exchange, which waits for the line's transfer). */
 /* Store flag = v as the small-message protocol's last store of a post, then
- * wake sleepers. */
+ * wake sleepers. A waiter going to sleep counts itself in nwaiters and then
+ * looks at what it waits for once more; a poster stores, then reads
+ * nwaiters. Each side's store must be seen before its load (else both miss:
+ * the waiter sleeps through a 20 ms slice). The posts, the hot side, leave
+ * that to the sleepers where they can (kt__heavy_fence; decided per process:
+ * the ranks of a segment share a kernel, and a rank whose seccomp forbade
+ * membarrier while a peer's allowed it would cost stalls of a slice, not
+ * errors). On a 2-vCPU VM a 2-rank 8 B broadcast took 0.15 us with the post
+ * unfenced (a throwaway build without the sleepers' side) and 0.17 with its
+ * full fence (a locked exchange, which waits for the line's transfer). */
 static void ll_publish(kt__shm *s, _Atomic uint64_t *flag, uint64_t v) {
   if (s->asym_fence) {
     atomic_store_explicit(flag, v, memory_order_release);
@@ -247,7 +246,6 @@ static void ll_publish(kt__shm *s, _Atomic uint64_t *flag, uint64_t v) {
   atomic_store_explicit(flag, v, memory_order_seq_cst);
   wake_sleepers(s);
 }
-
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)

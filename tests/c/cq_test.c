@@ -2,20 +2,11 @@
  * when done, in completion order; kt_wait then returns at once with the
  * result; kt_cq_post and the timeout work. Run under `kaitian run -n N`. */
 #include "kaitian.h"
+#include "rank_check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(cond, ...)                                                  \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                       \
-      fprintf(stderr, " (%s)\n", kt_last_error());                        \
-      exit(1);                                                            \
-    }                                                                     \
-  } while (0)
 
 enum { NREQ = 16, N = 100003 };
 

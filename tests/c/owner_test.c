@@ -8,6 +8,7 @@
  * another thread while the owner is inside an op (it must wait for the op).
  * Run under `kaitian run -n N`. */
 #include "kaitian.h"
+#include "rank_check.h"
 
 #include <linux/membarrier.h>
 #include <pthread.h>
@@ -16,16 +17,6 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-
-#define CHECK(cond, ...)                                                  \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                       \
-      fprintf(stderr, " (%s)\n", kt_last_error());                        \
-      exit(1);                                                            \
-    }                                                                     \
-  } while (0)
 
 enum { COUNT = 5 };
 
