@@ -283,6 +283,25 @@ static kt_result check_header(kt__exec *ex, int peer, const kt__xfer *x, const u
  * deliver lies below that lane's last unit (recv_prefix). */
 
 static size_t units_of(size_t len) { return (len + LANE_UNIT - 1) / LANE_UNIT; }
+
+/* A unit's number mixed to 64 bits (splitmix64's finalizer). A striped
+ * receive sums it over the units it begins. Each lane's units ascend, so a
+ * unit can come twice only on two lanes; if another unit then never came,
+ * the bytes still add up to the message, but the sum differs from the sum
+ * over units 0..n-1 (except with a chance of 2^-64). It needs no memory per
+ * unit: a receive's state lives in its xfer, gone once its op has failed. */
+static uint64_t unit_mix(uint64_t u) {
+  u += 0x9e3779b97f4a7c15ull;
+  u = (u ^ (u >> 30)) * 0xbf58476d1ce4e5b9ull;
+  u = (u ^ (u >> 27)) * 0x94d049bb133111ebull;
+  return u ^ (u >> 31);
+}
+
+static bool units_each_once(const kt__xfer *x) {
+  uint64_t want = 0;
+  for (size_t u = 0, n = units_of(x->len); u < n; u++) want += unit_mix(u);
+  return x->units_mix == want;
+}
 static size_t unit_len(const kt__xfer *x, size_t u) { return KT_MIN(LANE_UNIT, x->len - u * LANE_UNIT); }
 
 /* Lanes message x travels on: the pair's (at most x->lanes, and one per unit). */
@@ -304,6 +323,7 @@ kt_result kt__net_post(kt__exec *ex, kt__xfer *x) {
   x->done = 0;
   x->next_unit = 0;
   x->got = 0;
+  x->units_mix = 0;
   x->lanes_left = p->nlanes;
   if (x->is_send) {
     x->msg = p->tx_posted++;
@@ -614,6 +634,7 @@ static kt_result recv_striped(kt__exec *ex, int peer, struct peer *p, int s, kt_
         return corrupt_stream(ex, peer, s, x, "unit out of order");
       l->rin = true;
       l->ru = l->rd.unit;
+      x->units_mix += unit_mix(l->ru);
       l->rdone = l->rdesc = 0;
     }
     x->done = recv_prefix(p, x, n);
@@ -637,6 +658,9 @@ static kt_result advance_recvs(kt__exec *ex, int peer, int s, bool *moved) {
     lane_passed(&p->rq_head, &p->rq_tail, x);
     if (x->complete && n > 1 && x->got != x->len)
       return corrupt_stream(ex, peer, s, x, "the units received do not add up to the message");
+    if (x->complete && n > 1 && !units_each_once(x))
+      return corrupt_stream(ex, peer, s, x,
+                            "the units received do not add up to the message (one came twice, another never)");
     if (x->complete) p->rx_done++;
     else if (n > 1) x->done = recv_prefix(p, x, n);
   }

@@ -32,6 +32,7 @@ typedef struct kt__xfer {
   int lanes_left;                      /* lanes of the connection not yet past it */
   size_t next_unit;                    /* send, striped: its first unit no lane has claimed */
   size_t got;                          /* receive, striped: bytes of it received */
+  uint64_t units_mix;                  /* receive, striped: sum of unit_mix() of the units begun */
   bool complete;
 } kt__xfer;
 

@@ -15,7 +15,8 @@
  * the sockets take it is usable as it arrives (the lanes that claim nothing
  * send hints). A lane that could send has a full socket after progress (a
  * blocking wait would otherwise spin). A corrupt stream (a unit out of range
- * or descending, a bad descriptor, units missing at the end) is an error
+ * or descending, a bad descriptor, units missing at the end, a unit on two
+ * connections where another never came) is an error
  * naming the sender, not a crash, a hang or a completed message.
  *
  * Usage: test_tcp_stripe (no arguments; exit status 0 when every check held). */
@@ -241,6 +242,12 @@ static void corrupt_cases(void) {
   n[0] += put_record(a + n[0], UNIT_MAGIC, UNIT_END, 0);
   n[1] = put_record(b, UNIT_MAGIC, UNIT_END, 0); /* units 1 and 2 never sent */
   corrupt_case("units missing", 3 * LANE_UNIT, st, n, "do not add up");
+  n[0] = put_record(a, UNIT_MAGIC, 0, LANE_UNIT);
+  n[0] += put_record(a + n[0], UNIT_MAGIC, 1, LANE_UNIT);
+  n[0] += put_record(a + n[0], UNIT_MAGIC, UNIT_END, 0);
+  n[1] = put_record(b, UNIT_MAGIC, 1, LANE_UNIT); /* unit 1 on both lanes, unit 2 never: the bytes add up */
+  n[1] += put_record(b + n[1], UNIT_MAGIC, UNIT_END, 0);
+  corrupt_case("a unit twice, another never", 3 * LANE_UNIT, st, n, "one came twice");
   n[0] = put_record(a, HINT_MAGIC, 2, 0);
   n[0] += put_record(a + n[0], UNIT_MAGIC, 1, 0); /* below its own hint */
   n[1] = 0;
