@@ -145,6 +145,14 @@ static void parse_forced(void) { parse_algo_spec(kt__param_ALGO(), forced); }
  * from 128 KiB (docs/algorithms.md). This puts the change near 370 KiB at 2
  * ranks and 110 KiB at 4. */
 #define GAMMA_US_PER_BYTE (1.0 / 16000.0)
+/* Links slower than this (bytes per microsecond: 4000 Mbit/s) are modelled
+ * with their own per-byte time, and the latency-bound algorithms lose their
+ * KAITIAN_SMALL_BYTES floor: on netns hosts x 1 rank shaped to 1 Gbit/s, the
+ * ring took 0.61-0.81x recursive doubling's time at 16-64 KiB with 3 hosts,
+ * halving-doubling or the ring 0.69-0.75x with 4, where unshaped recursive
+ * doubling was fastest (docs/algorithms.md). Faster links keep the fitted
+ * BETA (the CPUs bound them here). */
+#define SLOW_LINK_BPUS 500.0
 
 static int ceil_log2(int p) {
   int l = 0;
@@ -261,27 +269,28 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
    * for every collective that has a hierarchical algorithm. */
   if (c->hosts && pick_idx[op->coll][PICK_HIER] >= 0) return PICK_HIER;
   double p = c->size, lg = ceil_log2(c->size);
+  bool slow = c->link_bpus > 0 && c->link_bpus < SLOW_LINK_BPUS;
+  double beta = slow ? 1.0 / c->link_bpus : BETA_US_PER_BYTE;
   switch (op->coll) {
     case KT_COLL_ALLREDUCE: {
       double chunk = (double)kt__chunk_bytes(op->dtype);
-      double ring = 2 * (p - 1) * ALPHA_US * (1 + n / p / chunk / 8) + 2 * (p - 1) / p * n * BETA_US_PER_BYTE;
+      double ring = 2 * (p - 1) * ALPHA_US * (1 + n / p / chunk / 8) + 2 * (p - 1) / p * n * beta;
       bool pof2 = (c->size & (c->size - 1)) == 0;
-      double rd = (lg + (pof2 ? 0 : 2)) * (ALPHA_US + n * (BETA_US_PER_BYTE + GAMMA_US_PER_BYTE));
-      if ((double)op->count < p || n <= (double)kt__param_SMALL_BYTES()) return PICK_RD;
+      double rd = (lg + (pof2 ? 0 : 2)) * (ALPHA_US + n * (beta + GAMMA_US_PER_BYTE));
+      if ((double)op->count < p || (!slow && n <= (double)kt__param_SMALL_BYTES())) return PICK_RD;
       /* Halving-doubling: the ring's bytes in 2 log2 q steps (q: the
        * largest power of two <= p; the others fold in and out first). */
       int lq = pof2 ? (int)lg : (int)lg - 1;
       double q = (double)(1 << lq);
       double hd = q < 4 ? rd + ring
-                        : 2 * lq * ALPHA_US + 2 * (q - 1) / q * n * BETA_US_PER_BYTE +
-                              (pof2 ? 0 : 2 * (ALPHA_US + n * BETA_US_PER_BYTE));
+                        : 2 * lq * ALPHA_US + 2 * (q - 1) / q * n * beta + (pof2 ? 0 : 2 * (ALPHA_US + n * beta));
       if (rd <= ring && rd <= hd) return PICK_RD;
       return hd < ring ? PICK_HD : PICK_RING;
     }
     case KT_COLL_BROADCAST: {
       double chunk = (double)kt__chunk_bytes(op->dtype);
-      double binom = lg * (ALPHA_US + n * BETA_US_PER_BYTE);
-      double pipe = (p - 2 + n / chunk) * (ALPHA_US / 4 + chunk * BETA_US_PER_BYTE) + ALPHA_US;
+      double binom = lg * (ALPHA_US + n * beta);
+      double pipe = (p - 2 + n / chunk) * (ALPHA_US / 4 + chunk * beta) + ALPHA_US;
       return binom <= pipe ? PICK_BINOMIAL : PICK_PIPELINE;
     }
     default:

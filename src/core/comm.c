@@ -234,6 +234,73 @@ static kt_result setup_transports(struct kt_comm_s *c, const kt__tcp_addr *all) 
   return kt__shm_setup(c, owed);
 }
 
+/* c->link_bpus for the tuner (comm.h): KAITIAN_LINK_MBITS, else measured
+ * between rank 0 and the lowest rank on another host (links between hosts
+ * taken as alike) and broadcast from rank 0, so that every rank models the
+ * same link. Two ping-pongs of 8 bytes give the round trip; each of
+ * PROBE_ROUNDS rounds then sends PROBE_BYTES (striped over the pair's
+ * connections, as large messages go) and waits for a byte back, and the
+ * fastest round less the round trip gives the rate (the first rounds may
+ * still be in TCP's slow start). Every rank takes part in the broadcast, so
+ * a failed probe fails the communicator's creation everywhere. */
+#define PROBE_BYTES ((size_t)512 << 10)
+#define PROBE_ROUNDS 4
+static kt_result link_probe(struct kt_comm_s *c, const kt__tcp_addr *all) {
+  int64_t mbits = kt__param_LINK_MBITS();
+  int peer = -1;
+  for (int j = 1; j < c->size && peer < 0; j++)
+    if (strcmp(all[j].hostid, all[0].hostid) != 0) peer = j;
+  if (peer < 0) return KT_SUCCESS; /* one host: no link */
+  if (mbits >= 0) {
+    c->link_bpus = (double)mbits / 8.0; /* 1 Mbit/s: 0.125 bytes per microsecond */
+    if (c->rank == 0)
+      KT_INFO("rank 0: links between hosts taken as %lld Mbit/s (KAITIAN_LINK_MBITS)%s", (long long)mbits,
+              mbits ? "" : ": not modelled");
+    return KT_SUCCESS;
+  }
+  double rate = 0; /* bytes per microsecond */
+  if (c->rank == 0 || c->rank == peer) {
+    char *buf = kt__calloc(1, PROBE_BYTES);
+    if (!buf) return KT_ERR_NO_MEMORY;
+    int other = c->rank == 0 ? peer : 0;
+    int64_t rtt = INT64_MAX, best = INT64_MAX;
+    kt_result r = KT_SUCCESS;
+    for (int i = 0; i < 2 + PROBE_ROUNDS && r == KT_SUCCESS; i++) {
+      size_t len = i < 2 ? 8 : PROBE_BYTES;
+      int64_t t0 = kt__now_ns();
+      if (c->rank == 0) {
+        r = kt_send(buf, len, KT_UINT8, other, 0, c);
+        if (r == KT_SUCCESS) r = kt_recv(buf, 1, KT_UINT8, other, 0, c);
+      } else {
+        r = kt_recv(buf, len, KT_UINT8, other, 0, c);
+        if (r == KT_SUCCESS) r = kt_send(buf, 1, KT_UINT8, other, 0, c);
+      }
+      int64_t dt = kt__now_ns() - t0;
+      if (i < 2) rtt = KT_MIN(rtt, dt);
+      else best = KT_MIN(best, dt);
+    }
+    free(buf);
+    if (r != KT_SUCCESS) {
+      kt__error_prefix("measuring the link to rank %d: ", other);
+      return r;
+    }
+    /* A transfer no longer than the round trip: faster than this can tell. */
+    rate = (double)PROBE_BYTES * 1000.0 / (double)KT_MAX(best - rtt, (int64_t)1);
+  }
+  kt_result r = kt_broadcast(&rate, &rate, 1, KT_FLOAT64, 0, c);
+  if (r != KT_SUCCESS) {
+    kt__error_prefix("sharing the measured link speed: ");
+    return r;
+  }
+  c->link_bpus = rate;
+  if (c->cross) c->cross->link_bpus = rate;
+  c->algos_run = 0; /* the caller's first ops still log their algorithms */
+  if (c->rank == 0)
+    KT_INFO("rank 0: links between hosts measured at %.0f Mbit/s (to rank %d; best of %d rounds of %zu KiB)",
+            rate * 8.0, peer, PROBE_ROUNDS, PROBE_BYTES >> 10);
+  return KT_SUCCESS;
+}
+
 kt_result kt_comm_init(kt_comm *comm, int rank, int size, kt_store store, const kt_config *config) {
   kt__log_init();
   kt__clear_error();
@@ -302,6 +369,7 @@ static kt_result connect_through_store(struct kt_comm_s *c, kt_store store) {
   }
   KT_CHECK_GOTO(kt__tcp_mesh(c, all), res, exit);
   KT_CHECK_GOTO(setup_transports(c, all), res, exit);
+  if (c->size > 1 && !c->all_local) KT_CHECK_GOTO(link_probe(c, all), res, exit);
 exit:
   free(all);
   return res;
@@ -418,6 +486,7 @@ static kt_result comm_split(kt_comm comm, int color, int key, int share, kt_comm
   char prefix[sizeof comm->prefix];
   snprintf(prefix, sizeof prefix, "%.200s/s%llu.%d", comm->prefix, (unsigned long long)seq, color);
   KT_CHECK_GOTO(comm_alloc(newrank, n, comm->timeout_ms, prefix, &c), res, exit);
+  c->link_bpus = comm->link_bpus;
   res = kt__tcp_create(c, lfd);
   lfd = -1; /* owned by c->tcp now, or closed */
   if (res != KT_SUCCESS) goto exit;

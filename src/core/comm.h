@@ -162,6 +162,11 @@ struct kt_comm_s {
    * executing op touches it. */
   bool ll_cut_set;
   int64_t ll_cut[KT_COLL_COUNT];
+  /* Speed of the links between hosts, bytes per microsecond, for the
+   * tuner's TCP model: KAITIAN_LINK_MBITS, else measured when the
+   * communicator was created (comm.c, link_probe); a split takes its
+   * parent's. 0: not known (one host, or KAITIAN_LINK_MBITS=0). */
+  double link_bpus;
 };
 
 /* Rank r as messages name it: a hierarchy child names the parent's rank. */

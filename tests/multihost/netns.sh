@@ -57,7 +57,13 @@
 #   KAITIAN_ALGO, where it must show the forced ones and no hierarchical one
 #   (on 2+2+2 allreduce is halving_doubling). Then on 4 nodes: 1 rank each,
 #   where the tuner's flat allreduce must run both recursive_doubling and
-#   halving_doubling, and 2+1+1+1 ranks (hierarchical, a 4-host cross phase).
+#   halving_doubling (rank 0 logs the link speed it measured), and 2+1+1+1
+#   ranks (hierarchical, a 4-host cross phase); then on 4 nodes x 1, an
+#   allreduce of 32 KiB must run recursive doubling with KAITIAN_LINK_MBITS=0
+#   (links not modelled) and halving-doubling with KAITIAN_LINK_MBITS=1000
+#   and, KAITIAN_LINK_MBITS unset, with node 1's link shaped to 1 Gbit/s
+#   (tbf, where the kernel has it), whose measured speed must be 500-2500
+#   Mbit/s.
 # After each job no process may remain in any node. Namespaces, bridge and
 # veths are always removed (trap EXIT); the test checks that none is left.
 # Needs root; exits 77 (skipped) only where `ip netns add` fails.
@@ -524,8 +530,42 @@ if [ "$MODE" = hier ]; then
   NPROCS="1 1 1 1"
   run_ok hd1111 4 KAITIAN_TIMEOUT=120000 KAITIAN_DEBUG=INFO -- "$COLL" --order 2,0,3,1 --coll allreduce --quick
   passed_and_ran hd1111 2,0,3,1 4 allreduce=recursive_doubling allreduce=halving_doubling
+  grep -q '^\[0\] .*rank 0: links between hosts measured at [0-9]* Mbit/s (to rank 1' "$TMP/hd1111.0.err" ||
+    fail "hd1111: rank 0 did not log the speed it measured to rank 1"
   NPROCS="2 1 1 1"
   hier_job hier2111 4 4,1,0,2,3 5 allreduce,reduce_scatter --quick
+
+  step "hier 7. 4 nodes x 1 rank, allreduce of 32 KiB: recursive doubling on a link taken as fast (KAITIAN_LINK_MBITS=0: not modelled), halving-doubling on one taken as 1000 Mbit/s, and on node 1's link shaped to 1 Gbit/s (tbf), measured"
+  NPROCS="1 1 1 1"
+  # link_job NAME ALGO VAR=VALUE...: rank 0 ran the 32 KiB allreduce with
+  # ALGO, and halving-doubling only if ALGO is it (the bench's own 8-byte
+  # allreduces run recursive doubling everywhere).
+  link_job() {
+    name=$1 algo=$2
+    shift 2
+    run_ok "$name" 4 KAITIAN_DEBUG=INFO "$@" -- "$KT" bench -C allreduce -b 32K -e 32K -n 3 -w 1 -c 1
+    grep -q '^\[0\] # wrong values: 0 OK' "$TMP/$name.0.out" || fail "$name: rank 0 did not report '# wrong values: 0 OK'"
+    grep -h '^\[0\] .*rank 0: links between hosts' "$TMP/$name.0.err"
+    grep -q "^\[0\] .*rank 0/4: allreduce runs algorithm $algo " "$TMP/$name.0.err" ||
+      fail "$name: rank 0's log does not show the 32 KiB allreduce running $algo"
+    [ "$algo" = halving_doubling ] || ! grep -q 'allreduce runs algorithm halving_doubling' "$TMP/$name.0.err" ||
+      fail "$name: halving-doubling ran although the link is not modelled as slow"
+  }
+  link_job linkfast recursive_doubling KAITIAN_LINK_MBITS=0
+  grep -q 'links between hosts taken as 0 Mbit/s (KAITIAN_LINK_MBITS): not modelled' "$TMP/linkfast.0.err" ||
+    fail "linkfast: rank 0 did not log KAITIAN_LINK_MBITS=0"
+  link_job linkgiven halving_doubling KAITIAN_LINK_MBITS=1000
+  if tc -n "$(node_ns 1)" qdisc add dev ktv0 root tbf rate 1gbit burst 125000 latency 50ms 2>"$TMP/tc.log" &&
+     tc -n "$NS_BR" qdisc add dev p1 root tbf rate 1gbit burst 125000 latency 50ms 2>>"$TMP/tc.log"; then
+    link_job linkshaped halving_doubling
+    mbits=$(sed -n 's/.*links between hosts measured at \([0-9]*\) Mbit\/s.*/\1/p' "$TMP/linkshaped.0.err" | head -n 1)
+    [ -n "$mbits" ] && [ "$mbits" -ge 500 ] && [ "$mbits" -le 2500 ] ||
+      fail "linkshaped: measured '${mbits:-nothing}' Mbit/s on a link shaped to 1000 (tbf; expected 500-2500)"
+    tc -n "$(node_ns 1)" qdisc del dev ktv0 root
+    tc -n "$NS_BR" qdisc del dev p1 root
+  else
+    echo "note: tbf is not available ($(head -n 1 "$TMP/tc.log")); the measured case is skipped"
+  fi
   NPROCS=""
 fi
 
