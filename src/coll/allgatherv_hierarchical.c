@@ -68,7 +68,7 @@ kt_result kt__allgatherv_hierarchical(kt__exec *ex) {
     if (CNT(r)) least = KT_MIN(least, CNT(r));
   }
   int rounds = (most + S - 1) / S; /* of step 2 */
-  int K = total ? kt__hier_segments(total * es, KT_MIN(least, (size_t)KT_HIER_MAX_SEGMENTS * 4 / (size_t)rounds)) : 1;
+  int K = total ? kt__hier_segments(c, total * es, KT_MIN(least, (size_t)KT_HIER_MAX_SEGMENTS * 4 / (size_t)rounds)) : 1;
   if (K > 1) {
     kt__xpipe xp = {0};
     kt_result r = KT_SUCCESS;

@@ -103,7 +103,7 @@ kt_result kt__allreduce_hierarchical(kt__exec *ex) {
   char *out = op->recvbuf;
   /* Segments: the same count on every rank (S is the same everywhere), and
    * every piece of every shard has an element. */
-  int K = kt__hier_segments(n * es, n / (size_t)S);
+  int K = kt__hier_segments(c, n * es, n / (size_t)S);
   if (L == 1) { /* alone on this host: only the inter-host phase (S is 1) */
     /* Out of place as given: the TCP algorithms read sendbuf while they
      * send, where a copy first would leave the link idle for its length.

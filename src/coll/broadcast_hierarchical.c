@@ -81,7 +81,7 @@ kt_result kt__broadcast_hierarchical(kt__exec *ex) {
   bool on_root_host = hs->of[c->rank] == root_host;
   size_t es = kt_dtype_size(op->dtype), n = op->count;
   char *out = op->recvbuf;
-  int K = kt__hier_segments(n * es, n / (size_t)S);
+  int K = kt__hier_segments(c, n * es, n / (size_t)S);
   if (K > 1) return segmented(ex, K);
 
   if (on_root_host) {

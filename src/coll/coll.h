@@ -80,11 +80,14 @@ KT_INTERNAL void kt__hier_shards(size_t n, int S, int L, size_t *counts, size_t 
 KT_INTERNAL int kt__hier_cross_rank(const struct kt_comm_s *c, int host);
 
 /* Segments (docs/algorithms.md, "Segments"): how many a hierarchical op of
- * bytes cuts its message into (KAITIAN_HIER_SEGMENT_BYTES; at most
+ * bytes on c cuts its message into (KAITIAN_HIER_SEGMENT_BYTES; at most
  * KT_HIER_MAX_SEGMENTS and at most most_pieces, so that every piece has an
- * element); 1: none. The same on every rank for the same op. */
+ * element; none, unless KAITIAN_HIER_SEGMENT_BYTES is set, where c's links
+ * were measured at KT_HIER_FAST_LINK_BPUS or more); 1: none. The same on
+ * every rank for the same op (c->link_bpus is agreed). */
 #define KT_HIER_MAX_SEGMENTS 16
-KT_INTERNAL int kt__hier_segments(size_t bytes, size_t most_pieces);
+#define KT_HIER_FAST_LINK_BPUS 1875.0 /* 15000 Mbit/s */
+KT_INTERNAL int kt__hier_segments(const struct kt_comm_s *c, size_t bytes, size_t most_pieces);
 /* Piece j of k of count elements: [*lo, *hi). */
 static inline void kt__hier_piece(size_t count, int k, int j, size_t *lo, size_t *hi) {
   *lo = count / (size_t)k * (size_t)j + KT_MIN((size_t)j, count % (size_t)k);

@@ -50,9 +50,15 @@ int kt__hier_cross_rank(const struct kt_comm_s *c, int host) {
   return -1; /* not reached: cross has one rank of every host */
 }
 
-int kt__hier_segments(size_t bytes, size_t most_pieces) {
+int kt__hier_segments(const struct kt_comm_s *c, size_t bytes, size_t most_pieces) {
   size_t seg = (size_t)KT_MAX(kt__param_HIER_SEGMENT_BYTES(), 0);
   if (seg == 0) return 1;
+  /* Segments overlap the links' time with the hosts' shared-memory phases,
+   * on a thread of their own; where a link moves bytes about as fast as the
+   * CPUs copy them (on this VM every "host" shares the same 2 CPUs: the
+   * probe reads ~37 Gbit/s unshaped), nothing is left to overlap and the
+   * thread competes with the ranks (docs/algorithms.md, "Segments"). */
+  if (!kt__param_set_HIER_SEGMENT_BYTES() && c->link_bpus >= KT_HIER_FAST_LINK_BPUS) return 1;
   size_t k = KT_MIN(KT_MIN(bytes / seg, (size_t)KT_HIER_MAX_SEGMENTS), most_pieces);
   return k >= 2 ? (int)k : 1;
 }

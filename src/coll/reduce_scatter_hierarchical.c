@@ -63,7 +63,7 @@ kt_result kt__reduce_scatter_hierarchical(kt__exec *ex) {
    * communicator's thread). */
   bool even = S > 1;
   for (int g = 0; g < H; g++) even = even && NLOCAL(g) == S;
-  int K = even ? kt__hier_segments(bytes * (size_t)c->size, m) : 1;
+  int K = even ? kt__hier_segments(c, bytes * (size_t)c->size, m) : 1;
   if (K > 1) {
     kt__xpipe xp = {0};
     kt_result r = KT_SUCCESS;

@@ -236,16 +236,19 @@ static kt_result setup_transports(struct kt_comm_s *c, const kt__tcp_addr *all) 
 
 /* c->link_bpus for the tuner (comm.h): KAITIAN_LINK_MBITS, else measured
  * between rank 0 and the lowest rank on another host (links between hosts
- * taken as alike) and broadcast from rank 0, so that every rank models the
- * same link. Two ping-pongs of 8 bytes give the round trip; each of
+ * taken as alike). Two ping-pongs of 8 bytes give the round trip; each of
  * PROBE_ROUNDS rounds then sends PROBE_BYTES (striped over the pair's
  * connections, as large messages go) and waits for a byte back, and the
  * fastest round less the round trip gives the rate (the first rounds may
- * still be in TCP's slow start). Every rank takes part in the broadcast, so
- * a failed probe fails the communicator's creation everywhere. */
+ * still be in TCP's slow start). Rank 0 puts the rate in the store (-1:
+ * its probe failed) and every rank takes it from there, so that every rank
+ * models the same link, and no rank starts an operation, which a peer's
+ * failure could abort, while another is still in the probe: a collective
+ * here would let the ranks it releases first run ahead into their own ops
+ * while a slower one is still finishing it. */
 #define PROBE_BYTES ((size_t)512 << 10)
 #define PROBE_ROUNDS 4
-static kt_result link_probe(struct kt_comm_s *c, const kt__tcp_addr *all) {
+static kt_result link_probe(struct kt_comm_s *c, kt_store store, const kt__tcp_addr *all) {
   int64_t mbits = kt__param_LINK_MBITS();
   int peer = -1;
   for (int j = 1; j < c->size && peer < 0; j++)
@@ -258,13 +261,15 @@ static kt_result link_probe(struct kt_comm_s *c, const kt__tcp_addr *all) {
               mbits ? "" : ": not modelled");
     return KT_SUCCESS;
   }
-  double rate = 0; /* bytes per microsecond */
+  char key[320];
+  snprintf(key, sizeof key, "%s/link", c->prefix);
+  double rate = -1; /* bytes per microsecond */
+  kt_result r = KT_SUCCESS;
   if (c->rank == 0 || c->rank == peer) {
     char *buf = kt__calloc(1, PROBE_BYTES);
-    if (!buf) return KT_ERR_NO_MEMORY;
+    if (!buf) r = KT_ERR_NO_MEMORY;
     int other = c->rank == 0 ? peer : 0;
     int64_t rtt = INT64_MAX, best = INT64_MAX;
-    kt_result r = KT_SUCCESS;
     for (int i = 0; i < 2 + PROBE_ROUNDS && r == KT_SUCCESS; i++) {
       size_t len = i < 2 ? 8 : PROBE_BYTES;
       int64_t t0 = kt__now_ns();
@@ -280,18 +285,23 @@ static kt_result link_probe(struct kt_comm_s *c, const kt__tcp_addr *all) {
       else best = KT_MIN(best, dt);
     }
     free(buf);
-    if (r != KT_SUCCESS) {
-      kt__error_prefix("measuring the link to rank %d: ", other);
-      return r;
-    }
+    if (r != KT_SUCCESS) kt__error_prefix("measuring the link to rank %d: ", other);
     /* A transfer no longer than the round trip: faster than this can tell. */
-    rate = (double)PROBE_BYTES * 1000.0 / (double)KT_MAX(best - rtt, (int64_t)1);
+    else rate = (double)PROBE_BYTES * 1000.0 / (double)KT_MAX(best - rtt, (int64_t)1);
   }
-  kt_result r = kt_broadcast(&rate, &rate, 1, KT_FLOAT64, 0, c);
-  if (r != KT_SUCCESS) {
-    kt__error_prefix("sharing the measured link speed: ");
-    return r;
+  if (c->rank == 0) {
+    kt_result w = kt_store_set(store, key, &rate, sizeof rate);
+    if (r == KT_SUCCESS) r = w;
   }
+  if (r != KT_SUCCESS) return r;
+  size_t len = 0;
+  KT_CHECK(kt_store_get(store, key, &rate, sizeof rate, &len, kt__param_CONNECT_TIMEOUT()));
+  if (len != sizeof rate)
+    return kt__err(KT_ERR_STORE, "store key %s holds %zu bytes, expected %zu (another job or version using the same prefix?)",
+                   key, len, sizeof rate);
+  if (!(rate > 0))
+    return kt__err(KT_ERR_PEER_FAILED, "rank 0 could not measure the link between hosts to rank %d (their logs say why)",
+                   peer);
   c->link_bpus = rate;
   if (c->cross) c->cross->link_bpus = rate;
   c->algos_run = 0; /* the caller's first ops still log their algorithms */
@@ -369,7 +379,7 @@ static kt_result connect_through_store(struct kt_comm_s *c, kt_store store) {
   }
   KT_CHECK_GOTO(kt__tcp_mesh(c, all), res, exit);
   KT_CHECK_GOTO(setup_transports(c, all), res, exit);
-  if (c->size > 1 && !c->all_local) KT_CHECK_GOTO(link_probe(c, all), res, exit);
+  if (c->size > 1 && !c->all_local) KT_CHECK_GOTO(link_probe(c, store, all), res, exit);
 exit:
   free(all);
   return res;

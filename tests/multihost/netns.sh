@@ -22,7 +22,9 @@
 #      must fail, quickly, with a message naming the variable.
 #   Every launcher must exit 0 in 1-3.
 # MODE kill (PROGRAM: fault_prog): a rank of node 2 is killed by SIGKILL in
-#   the middle of allreduces: every launcher must exit non-zero naming it, and
+#   the middle of allreduces of 4 MiB (in segments; the SIGSTOP case too, the
+#   whole host lost below without, so both paths are covered whatever the
+#   link probe reads): every launcher must exit non-zero naming it, and
 #   every survivor must report KT_ERR_PEER_FAILED naming the dead rank; a
 #   rank of node 1 that is not its host's inter-host rank is stopped (SIGSTOP)
 #   on 2 nodes x 2 ranks: every other rank must time out naming it; then on
@@ -303,7 +305,7 @@ if [ "$MODE" = kill ]; then
   new_secret
   mkdir -p "$TMP/kill"
   for k in 0 1 2; do
-    start_node $k 3 kill KAITIAN_TIMEOUT=60000 -- "$FAULT" killloop "dir=$TMP/kill" count=1048576
+    start_node $k 3 kill KAITIAN_TIMEOUT=60000 KAITIAN_HIER_SEGMENT_BYTES=1048576 -- "$FAULT" killloop "dir=$TMP/kill" count=1048576
   done
   wait_started kill 6
   vpid=$(cat "$TMP/kill/pid.5")
@@ -338,7 +340,7 @@ if [ "$MODE" = kill ]; then
   new_secret
   mkdir -p "$TMP/stop"
   for k in 0 1; do
-    start_node $k 2 stop KAITIAN_TIMEOUT=3000 -- "$FAULT" killloop "dir=$TMP/stop" count=1048576 expect=timeout
+    start_node $k 2 stop KAITIAN_TIMEOUT=3000 KAITIAN_HIER_SEGMENT_BYTES=1048576 -- "$FAULT" killloop "dir=$TMP/stop" count=1048576 expect=timeout
   done
   wait_started stop 4
   vpid=$(cat "$TMP/stop/pid.3")
@@ -359,7 +361,7 @@ if [ "$MODE" = kill ]; then
   new_secret
   mkdir -p "$TMP/host"
   for k in 0 1 2; do
-    start_node $k 3 host KAITIAN_TIMEOUT=60000 -- "$FAULT" killloop "dir=$TMP/host" count=1048576
+    start_node $k 3 host KAITIAN_TIMEOUT=60000 KAITIAN_HIER_SEGMENT_BYTES=0 -- "$FAULT" killloop "dir=$TMP/host" count=1048576
   done
   wait_started host 6
   sleep 0.3
