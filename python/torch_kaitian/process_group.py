@@ -311,7 +311,8 @@ class ProcessGroupKaitian(_Base):
 
     def _forget_addresses(self, comm, parts):
         """Delete the keys this rank published to set its communicators up
-        (each rank its address under <prefix>/<part>/tcp/<rank>), once every
+        (each rank its address under <prefix>/<part>/tcp/<rank>; rank 0 also
+        <prefix>/<part>/link and linkreq, where they span hosts), once every
         rank has read them: past a barrier on the first, every rank has set up
         all of them. Else every group made and destroyed would leave its keys
         in the store (torch's TCPStore lives in rank 0's process) for good."""
@@ -322,6 +323,10 @@ class ProcessGroupKaitian(_Base):
                                      f"{_lib.last_error()}")
         keys = [f"{self._prefix}/{part}/tcp/{self._rank}" for part in parts]
         if self._rank == 0:
+            # A communicator that spans hosts also left rank 0's link speed
+            # (and its request) there: one made again under the same prefix
+            # must not read the old one.
+            keys += [f"{self._prefix}/{part}/{k}" for part in parts for k in ("link", "linkreq")]
             # Every rank has counted itself in the generation (before the
             # barrier), and this creation left no address behind: one made
             # again over this store may start from generation 0.

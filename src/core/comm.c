@@ -234,50 +234,58 @@ static kt_result setup_transports(struct kt_comm_s *c, const kt__tcp_addr *all) 
   return kt__shm_setup(c, owed);
 }
 
-/* c->link_bpus for the tuner (comm.h): KAITIAN_LINK_MBITS, else measured
- * between rank 0 and the lowest rank on another host (links between hosts
- * taken as alike). Two ping-pongs of 8 bytes give the round trip; each of
+/* c->link_bpus for the tuner (comm.h), decided by rank 0 and handed to every
+ * rank through the store, so that every rank models the same link: rank 0's
+ * KAITIAN_LINK_MBITS, else measured between rank 0 and the lowest rank on
+ * another host (links between hosts taken as alike). Rank 0 first puts its
+ * request under <prefix>/linkreq (-1: measure), which the other end of the
+ * probe reads; two ping-pongs of 8 bytes give the round trip, each of
  * PROBE_ROUNDS rounds then sends PROBE_BYTES (striped over the pair's
  * connections, as large messages go) and waits for a byte back, and the
  * fastest round less the round trip gives the rate (the first rounds may
- * still be in TCP's slow start). Rank 0 puts the rate in the store (-1:
- * its probe failed) and every rank takes it from there, so that every rank
- * models the same link, and no rank starts an operation, which a peer's
- * failure could abort, while another is still in the probe: a collective
- * here would let the ranks it releases first run ahead into their own ops
- * while a slower one is still finishing it. */
+ * still be in TCP's slow start). Rank 0 puts the rate under <prefix>/link
+ * (bytes per microsecond; 0: not modelled; -1: its probe failed). Not a
+ * collective: the ranks a collective releases first would run into their
+ * next operations, whose failure could abort a slower rank still in it.
+ * The communicator is not the caller's yet, so no other traffic meets the
+ * probe's; its owner's path (progress.c) is left unclaimed for the caller. */
 #define PROBE_BYTES ((size_t)512 << 10)
 #define PROBE_ROUNDS 4
 static kt_result link_probe(struct kt_comm_s *c, kt_store store, const kt__tcp_addr *all) {
-  int64_t mbits = kt__param_LINK_MBITS();
   int peer = -1;
   for (int j = 1; j < c->size && peer < 0; j++)
     if (strcmp(all[j].hostid, all[0].hostid) != 0) peer = j;
   if (peer < 0) return KT_SUCCESS; /* one host: no link */
-  if (mbits >= 0) {
-    c->link_bpus = (double)mbits / 8.0; /* 1 Mbit/s: 0.125 bytes per microsecond */
-    if (c->rank == 0)
-      KT_INFO("rank 0: links between hosts taken as %lld Mbit/s (KAITIAN_LINK_MBITS)%s", (long long)mbits,
-              mbits ? "" : ": not modelled");
-    return KT_SUCCESS;
-  }
-  char key[320];
+  char key[320], req_key[320];
   snprintf(key, sizeof key, "%s/link", c->prefix);
+  snprintf(req_key, sizeof req_key, "%s/linkreq", c->prefix);
+  int64_t mbits = KT_MAX(kt__param_LINK_MBITS(), (int64_t)-1);
   double rate = -1; /* bytes per microsecond */
   kt_result r = KT_SUCCESS;
-  if (c->rank == 0 || c->rank == peer) {
+  size_t len = 0;
+  if (c->rank == 0) {
+    KT_CHECK(kt_store_set(store, req_key, &mbits, sizeof mbits));
+  } else if (c->rank == peer) {
+    KT_CHECK(kt_store_get(store, req_key, &mbits, sizeof mbits, &len, kt__param_CONNECT_TIMEOUT()));
+    if (len != sizeof mbits)
+      return kt__err(KT_ERR_STORE, "store key %s holds %zu bytes, expected %zu (another job or version using the same prefix?)",
+                     req_key, len, sizeof mbits);
+  }
+  if (mbits >= 0) {
+    rate = (double)mbits / 8.0; /* 1 Mbit/s: 0.125 bytes per microsecond */
+  } else if (c->rank == 0 || c->rank == peer) {
     char *buf = kt__calloc(1, PROBE_BYTES);
     if (!buf) r = KT_ERR_NO_MEMORY;
     int other = c->rank == 0 ? peer : 0;
     int64_t rtt = INT64_MAX, best = INT64_MAX;
     for (int i = 0; i < 2 + PROBE_ROUNDS && r == KT_SUCCESS; i++) {
-      size_t len = i < 2 ? 8 : PROBE_BYTES;
+      size_t n = i < 2 ? 8 : PROBE_BYTES;
       int64_t t0 = kt__now_ns();
       if (c->rank == 0) {
-        r = kt_send(buf, len, KT_UINT8, other, 0, c);
+        r = kt_send(buf, n, KT_UINT8, other, 0, c);
         if (r == KT_SUCCESS) r = kt_recv(buf, 1, KT_UINT8, other, 0, c);
       } else {
-        r = kt_recv(buf, len, KT_UINT8, other, 0, c);
+        r = kt_recv(buf, n, KT_UINT8, other, 0, c);
         if (r == KT_SUCCESS) r = kt_send(buf, 1, KT_UINT8, other, 0, c);
       }
       int64_t dt = kt__now_ns() - t0;
@@ -288,24 +296,27 @@ static kt_result link_probe(struct kt_comm_s *c, kt_store store, const kt__tcp_a
     if (r != KT_SUCCESS) kt__error_prefix("measuring the link to rank %d: ", other);
     /* A transfer no longer than the round trip: faster than this can tell. */
     else rate = (double)PROBE_BYTES * 1000.0 / (double)KT_MAX(best - rtt, (int64_t)1);
+    kt__fast_reset(c);
   }
   if (c->rank == 0) {
     kt_result w = kt_store_set(store, key, &rate, sizeof rate);
     if (r == KT_SUCCESS) r = w;
   }
   if (r != KT_SUCCESS) return r;
-  size_t len = 0;
   KT_CHECK(kt_store_get(store, key, &rate, sizeof rate, &len, kt__param_CONNECT_TIMEOUT()));
   if (len != sizeof rate)
     return kt__err(KT_ERR_STORE, "store key %s holds %zu bytes, expected %zu (another job or version using the same prefix?)",
                    key, len, sizeof rate);
-  if (!(rate > 0))
+  if (!(rate >= 0))
     return kt__err(KT_ERR_PEER_FAILED, "rank 0 could not measure the link between hosts to rank %d (their logs say why)",
                    peer);
   c->link_bpus = rate;
   if (c->cross) c->cross->link_bpus = rate;
   c->algos_run = 0; /* the caller's first ops still log their algorithms */
-  if (c->rank == 0)
+  if (c->rank == 0 && mbits >= 0)
+    KT_INFO("rank 0: links between hosts taken as %lld Mbit/s (KAITIAN_LINK_MBITS)%s", (long long)mbits,
+            mbits ? "" : ": not modelled");
+  else if (c->rank == 0)
     KT_INFO("rank 0: links between hosts measured at %.0f Mbit/s (to rank %d; best of %d rounds of %zu KiB)",
             rate * 8.0, peer, PROBE_ROUNDS, PROBE_BYTES >> 10);
   return KT_SUCCESS;

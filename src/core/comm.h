@@ -163,9 +163,11 @@ struct kt_comm_s {
   bool ll_cut_set;
   int64_t ll_cut[KT_COLL_COUNT];
   /* Speed of the links between hosts, bytes per microsecond, for the
-   * tuner's TCP model: KAITIAN_LINK_MBITS, else measured when the
-   * communicator was created (comm.c, link_probe); a split takes its
-   * parent's. 0: not known (one host, or KAITIAN_LINK_MBITS=0). */
+   * tuner's TCP model and the hierarchy's segments: rank 0's
+   * KAITIAN_LINK_MBITS, else measured when the communicator was created
+   * (comm.c, link_probe), and the same on every rank; a split takes its
+   * parent's, and a hierarchy's cross child its parent's once known. 0:
+   * not known (one host; a hierarchy's local child; KAITIAN_LINK_MBITS=0). */
   double link_bpus;
 };
 
@@ -194,6 +196,10 @@ KT_INTERNAL void kt__comm_fail(struct kt_comm_s *c, kt_result r);
 
 /* Hand op to the communicator's ordered execution (src/core/progress.c).
  * req_out NULL: blocking. Takes ownership of op's count arrays. */
+/* Leave the owner's path (progress.c) unclaimed again, as at creation: for
+ * ops run while the communicator is being set up, before any caller has it
+ * (no other thread may use c meanwhile). */
+KT_INTERNAL void kt__fast_reset(struct kt_comm_s *c);
 KT_INTERNAL kt_result kt__issue(struct kt_comm_s *c, kt__op *op, kt_request *req_out);
 
 /* Wait for req, an op of child communicator req->comm running on its

@@ -122,6 +122,16 @@ static void fast_disable(struct kt_comm_s *c) {
   }
 }
 
+void kt__fast_reset(struct kt_comm_s *c) {
+  pthread_mutex_lock(&c->mu);
+  atomic_store(&c->fast_ok, 0);
+  atomic_store(&c->fast_state, FAST_OUT);
+  c->fast_owner_set = false;
+  c->fast_proxy = false;
+  memset(&c->fast_owner, 0, sizeof c->fast_owner);
+  pthread_mutex_unlock(&c->mu);
+}
+
 static bool p2p_coll(kt__coll coll) {
   return coll == KT_COLL_SEND || coll == KT_COLL_RECV || coll == KT_COLL_SENDRECV;
 }
