@@ -234,6 +234,17 @@ static kt_result setup_transports(struct kt_comm_s *c, const kt__tcp_addr *all) 
   return kt__shm_setup(c, owed);
 }
 
+/* kt_store_get of exactly size bytes under key, waiting up to
+ * KAITIAN_CONNECT_TIMEOUT. */
+static kt_result store_get_exact(kt_store store, const char *key, void *buf, size_t size) {
+  size_t len = 0;
+  KT_CHECK(kt_store_get(store, key, buf, size, &len, kt__param_CONNECT_TIMEOUT()));
+  if (len != size)
+    return kt__err(KT_ERR_STORE, "store key %s holds %zu bytes, expected %zu (another job or version using the same prefix?)",
+                   key, len, size);
+  return KT_SUCCESS;
+}
+
 /* c->link_bpus for the tuner (comm.h), decided by rank 0 and handed to every
  * rank through the store, so that every rank models the same link: rank 0's
  * KAITIAN_LINK_MBITS, else measured between rank 0 and the lowest rank on
@@ -251,6 +262,39 @@ static kt_result setup_transports(struct kt_comm_s *c, const kt__tcp_addr *all) 
  * probe's; its owner's path (progress.c) is left unclaimed for the caller. */
 #define PROBE_BYTES ((size_t)512 << 10)
 #define PROBE_ROUNDS 4
+
+/* Rank 0's or its partner's side of the probe with rank other: *rate in
+ * bytes per microsecond. */
+static kt_result probe_pair(struct kt_comm_s *c, int other, double *rate) {
+  char *buf = kt__calloc(1, PROBE_BYTES);
+  if (!buf) return KT_ERR_NO_MEMORY;
+  kt_result r = KT_SUCCESS;
+  int64_t rtt = INT64_MAX, best = INT64_MAX;
+  for (int i = 0; i < 2 + PROBE_ROUNDS && r == KT_SUCCESS; i++) {
+    size_t n = i < 2 ? 8 : PROBE_BYTES;
+    int64_t t0 = kt__now_ns();
+    if (c->rank == 0) {
+      r = kt_send(buf, n, KT_UINT8, other, 0, c);
+      if (r == KT_SUCCESS) r = kt_recv(buf, 1, KT_UINT8, other, 0, c);
+    } else {
+      r = kt_recv(buf, n, KT_UINT8, other, 0, c);
+      if (r == KT_SUCCESS) r = kt_send(buf, 1, KT_UINT8, other, 0, c);
+    }
+    int64_t dt = kt__now_ns() - t0;
+    if (i < 2) rtt = KT_MIN(rtt, dt);
+    else best = KT_MIN(best, dt);
+  }
+  free(buf);
+  kt__fast_reset(c);
+  if (r != KT_SUCCESS) {
+    kt__error_prefix("measuring the link to rank %d: ", other);
+    return r;
+  }
+  /* A transfer no longer than the round trip: faster than this can tell. */
+  *rate = (double)PROBE_BYTES * 1000.0 / (double)KT_MAX(best - rtt, (int64_t)1);
+  return KT_SUCCESS;
+}
+
 static kt_result link_probe(struct kt_comm_s *c, kt_store store, const kt__tcp_addr *all) {
   int peer = -1;
   for (int j = 1; j < c->size && peer < 0; j++)
@@ -262,51 +306,16 @@ static kt_result link_probe(struct kt_comm_s *c, kt_store store, const kt__tcp_a
   int64_t mbits = KT_MAX(kt__param_LINK_MBITS(), (int64_t)-1);
   double rate = -1; /* bytes per microsecond */
   kt_result r = KT_SUCCESS;
-  size_t len = 0;
-  if (c->rank == 0) {
-    KT_CHECK(kt_store_set(store, req_key, &mbits, sizeof mbits));
-  } else if (c->rank == peer) {
-    KT_CHECK(kt_store_get(store, req_key, &mbits, sizeof mbits, &len, kt__param_CONNECT_TIMEOUT()));
-    if (len != sizeof mbits)
-      return kt__err(KT_ERR_STORE, "store key %s holds %zu bytes, expected %zu (another job or version using the same prefix?)",
-                     req_key, len, sizeof mbits);
-  }
-  if (mbits >= 0) {
-    rate = (double)mbits / 8.0; /* 1 Mbit/s: 0.125 bytes per microsecond */
-  } else if (c->rank == 0 || c->rank == peer) {
-    char *buf = kt__calloc(1, PROBE_BYTES);
-    if (!buf) r = KT_ERR_NO_MEMORY;
-    int other = c->rank == 0 ? peer : 0;
-    int64_t rtt = INT64_MAX, best = INT64_MAX;
-    for (int i = 0; i < 2 + PROBE_ROUNDS && r == KT_SUCCESS; i++) {
-      size_t n = i < 2 ? 8 : PROBE_BYTES;
-      int64_t t0 = kt__now_ns();
-      if (c->rank == 0) {
-        r = kt_send(buf, n, KT_UINT8, other, 0, c);
-        if (r == KT_SUCCESS) r = kt_recv(buf, 1, KT_UINT8, other, 0, c);
-      } else {
-        r = kt_recv(buf, n, KT_UINT8, other, 0, c);
-        if (r == KT_SUCCESS) r = kt_send(buf, 1, KT_UINT8, other, 0, c);
-      }
-      int64_t dt = kt__now_ns() - t0;
-      if (i < 2) rtt = KT_MIN(rtt, dt);
-      else best = KT_MIN(best, dt);
-    }
-    free(buf);
-    if (r != KT_SUCCESS) kt__error_prefix("measuring the link to rank %d: ", other);
-    /* A transfer no longer than the round trip: faster than this can tell. */
-    else rate = (double)PROBE_BYTES * 1000.0 / (double)KT_MAX(best - rtt, (int64_t)1);
-    kt__fast_reset(c);
-  }
+  if (c->rank == 0) KT_CHECK(kt_store_set(store, req_key, &mbits, sizeof mbits));
+  else if (c->rank == peer) KT_CHECK(store_get_exact(store, req_key, &mbits, sizeof mbits));
+  if (mbits >= 0) rate = (double)mbits / 8.0; /* 1 Mbit/s: 0.125 bytes per microsecond */
+  else if (c->rank == 0 || c->rank == peer) r = probe_pair(c, c->rank == 0 ? peer : 0, &rate);
   if (c->rank == 0) {
     kt_result w = kt_store_set(store, key, &rate, sizeof rate);
     if (r == KT_SUCCESS) r = w;
   }
   if (r != KT_SUCCESS) return r;
-  KT_CHECK(kt_store_get(store, key, &rate, sizeof rate, &len, kt__param_CONNECT_TIMEOUT()));
-  if (len != sizeof rate)
-    return kt__err(KT_ERR_STORE, "store key %s holds %zu bytes, expected %zu (another job or version using the same prefix?)",
-                   key, len, sizeof rate);
+  KT_CHECK(store_get_exact(store, key, &rate, sizeof rate));
   if (!(rate >= 0))
     return kt__err(KT_ERR_PEER_FAILED, "rank 0 could not measure the link between hosts to rank %d (their logs say why)",
                    peer);
@@ -377,15 +386,8 @@ static kt_result connect_through_store(struct kt_comm_s *c, kt_store store) {
     KT_CHECK_GOTO(kt_store_set(store, key, &me, sizeof me), res, exit);
     for (int j = 0; j < c->size; j++) {
       if (j == c->rank) continue;
-      size_t len = 0;
       snprintf(key, sizeof key, "%s/tcp/%d", c->prefix, j);
-      KT_CHECK_GOTO(kt_store_get(store, key, &all[j], sizeof all[j], &len, kt__param_CONNECT_TIMEOUT()),
-                    res, exit);
-      if (len != sizeof all[j]) {
-        res = kt__err(KT_ERR_STORE, "store key %s holds %zu bytes, expected %zu (another job or version using the same prefix?)",
-                      key, len, sizeof all[j]);
-        goto exit;
-      }
+      KT_CHECK_GOTO(store_get_exact(store, key, &all[j], sizeof all[j]), res, exit);
     }
   }
   KT_CHECK_GOTO(kt__tcp_mesh(c, all), res, exit);

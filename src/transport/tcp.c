@@ -283,6 +283,7 @@ static kt_result check_header(kt__exec *ex, int peer, const kt__xfer *x, const u
  * deliver lies below that lane's last unit (recv_prefix). */
 
 static size_t units_of(size_t len) { return (len + LANE_UNIT - 1) / LANE_UNIT; }
+static size_t unit_len(const kt__xfer *x, size_t u) { return KT_MIN(LANE_UNIT, x->len - u * LANE_UNIT); }
 
 /* A unit's number mixed to 64 bits (splitmix64's finalizer). A striped
  * receive sums it over the units it begins. Each lane's units ascend, so a
@@ -302,7 +303,6 @@ static bool units_each_once(const kt__xfer *x) {
   for (size_t u = 0, n = units_of(x->len); u < n; u++) want += unit_mix(u);
   return x->units_mix == want;
 }
-static size_t unit_len(const kt__xfer *x, size_t u) { return KT_MIN(LANE_UNIT, x->len - u * LANE_UNIT); }
 
 /* Lanes message x travels on: the pair's (at most x->lanes, and one per unit). */
 static int lanes_used(const struct peer *p, const kt__xfer *x) {
