@@ -16,7 +16,9 @@ kt_result kt__broadcast_pipeline(kt__exec *ex) {
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   char *buf = op->recvbuf;
   /* An out-of-place root sends from sendbuf and copies it to recvbuf while
-   * the sockets drain, not before, when its peers would wait on the copy. */
+   * the sockets drain, not before, when its peers would wait on the copy.
+   * Whatever the link: the chain's next rank, which receives and forwards,
+   * is slower than the root, which only sends. */
   bool copy = r == root && op->sendbuf != buf && bytes;
   if (p == 1 || bytes == 0) {
     if (copy) memcpy(buf, op->sendbuf, bytes);
@@ -31,10 +33,7 @@ kt_result kt__broadcast_pipeline(kt__exec *ex) {
     if (vr > 0) sx.avail = 0;
     KT_CHECK(kt__net_post(ex, &sx));
   }
-  for (size_t at = 0; copy && at < bytes; at += chunk) {
-    memcpy(buf + at, (const char *)op->sendbuf + at, KT_MIN(chunk, bytes - at));
-    KT_CHECK(kt__net_progress(ex, false));
-  }
+  if (copy) KT_CHECK(kt__net_copy_while_sending(ex, buf, op->sendbuf, bytes, chunk));
   if (vr > 0) {
     kt__xfer_recv(&rx, kt__mod(r - 1, p), buf, bytes, 0);
     KT_CHECK(kt__net_post(ex, &rx));

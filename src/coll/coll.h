@@ -83,10 +83,9 @@ KT_INTERNAL int kt__hier_cross_rank(const struct kt_comm_s *c, int host);
  * bytes on c cuts its message into (KAITIAN_HIER_SEGMENT_BYTES; at most
  * KT_HIER_MAX_SEGMENTS and at most most_pieces, so that every piece has an
  * element; none, unless KAITIAN_HIER_SEGMENT_BYTES is set, where c's links
- * were measured at KT_HIER_FAST_LINK_BPUS or more); 1: none. The same on
+ * were measured at KT_FAST_LINK_BPUS or more); 1: none. The same on
  * every rank for the same op (c->link_bpus is agreed). */
 #define KT_HIER_MAX_SEGMENTS 16
-#define KT_HIER_FAST_LINK_BPUS 1875.0 /* 15000 Mbit/s */
 KT_INTERNAL int kt__hier_segments(const struct kt_comm_s *c, size_t bytes, size_t most_pieces);
 /* Piece j of k of count elements: [*lo, *hi). */
 static inline void kt__hier_piece(size_t count, int k, int j, size_t *lo, size_t *hi) {

@@ -58,7 +58,7 @@ int kt__hier_segments(const struct kt_comm_s *c, size_t bytes, size_t most_piece
    * CPUs copy them (on this VM every "host" shares the same 2 CPUs: the
    * probe reads ~37 Gbit/s unshaped), nothing is left to overlap and the
    * thread competes with the ranks (docs/algorithms.md, "Segments"). */
-  if (!kt__param_set_HIER_SEGMENT_BYTES() && c->link_bpus >= KT_HIER_FAST_LINK_BPUS) return 1;
+  if (!kt__param_set_HIER_SEGMENT_BYTES() && c->link_bpus >= KT_FAST_LINK_BPUS) return 1;
   size_t k = KT_MIN(KT_MIN(bytes / seg, (size_t)KT_HIER_MAX_SEGMENTS), most_pieces);
   return k >= 2 ? (int)k : 1;
 }

@@ -250,39 +250,58 @@ static kt_result store_get_exact(kt_store store, const char *key, void *buf, siz
  * KAITIAN_LINK_MBITS, else measured between rank 0 and the lowest rank on
  * another host (links between hosts taken as alike). Rank 0 first puts its
  * request under <prefix>/linkreq (-1: measure), which the other end of the
- * probe reads; two ping-pongs of 8 bytes give the round trip, each of
- * PROBE_ROUNDS rounds then sends PROBE_BYTES (striped over the pair's
- * connections, as large messages go) and waits for a byte back, and the
- * fastest round less the round trip gives the rate (the first rounds may
- * still be in TCP's slow start). Rank 0 puts the rate under <prefix>/link
- * (bytes per microsecond; 0: not modelled; -1: its probe failed). Not a
- * collective: the ranks a collective releases first would run into their
- * next operations, whose failure could abort a slower rank still in it.
- * The communicator is not the caller's yet, so no other traffic meets the
- * probe's; its owner's path (progress.c) is left unclaimed for the caller. */
+ * probe reads. Rank 0 then streams PROBE_MSGS messages of PROBE_BYTES
+ * (striped over the pair's connections, as large messages go) with no pause
+ * between them; the receiver takes the median of the gaps between the
+ * arrivals of the last PROBE_TIMED ones and sends the rate back. The
+ * messages before are not timed: they carry TCP's slow start and drain a
+ * token bucket's burst (a shaper, or a virtual machine's or a switch's
+ * burst allowance), through which the first bytes pass faster than the
+ * link's steady rate (docs/algorithms.md, "The link's speed"). Rank 0 puts
+ * the rate under <prefix>/link (bytes per microsecond; 0: not modelled; -1:
+ * its probe failed). Not a collective: the ranks a collective releases first
+ * would run into their next operations, whose failure could abort a slower
+ * rank still in it. The communicator is not the caller's yet, so no other
+ * traffic meets the probe's; its owner's path (progress.c) is left unclaimed
+ * for the caller. */
 #define PROBE_BYTES ((size_t)512 << 10)
-#define PROBE_ROUNDS 4
+#define PROBE_MSGS 16
+#define PROBE_TIMED 8
 
 /* Rank 0's or its partner's side of the probe with rank other: *rate in
- * bytes per microsecond. */
+ * bytes per microsecond (the receiver's measurement, on both sides). */
 static kt_result probe_pair(struct kt_comm_s *c, int other, double *rate) {
   char *buf = kt__calloc(1, PROBE_BYTES);
   if (!buf) return KT_ERR_NO_MEMORY;
   kt_result r = KT_SUCCESS;
-  int64_t rtt = INT64_MAX, best = INT64_MAX;
-  for (int i = 0; i < 2 + PROBE_ROUNDS && r == KT_SUCCESS; i++) {
-    size_t n = i < 2 ? 8 : PROBE_BYTES;
-    int64_t t0 = kt__now_ns();
-    if (c->rank == 0) {
-      r = kt_send(buf, n, KT_UINT8, other, 0, c);
-      if (r == KT_SUCCESS) r = kt_recv(buf, 1, KT_UINT8, other, 0, c);
-    } else {
-      r = kt_recv(buf, n, KT_UINT8, other, 0, c);
-      if (r == KT_SUCCESS) r = kt_send(buf, 1, KT_UINT8, other, 0, c);
+  /* The stream starts when the receiver is in its receives: started
+   * before, it would wait in the kernel's buffers (megabytes), and the
+   * receiver find it there at the speed of a copy. */
+  if (c->rank == 0) {
+    r = kt_recv(buf, 1, KT_UINT8, other, 0, c);
+    for (int i = 0; i < PROBE_MSGS && r == KT_SUCCESS; i++) r = kt_send(buf, PROBE_BYTES, KT_UINT8, other, 0, c);
+    if (r == KT_SUCCESS) r = kt_recv(rate, 1, KT_FLOAT64, other, 0, c);
+  } else {
+    int64_t at[PROBE_MSGS], gap[PROBE_TIMED];
+    r = kt_send(buf, 1, KT_UINT8, other, 0, c);
+    for (int i = 0; i < PROBE_MSGS && r == KT_SUCCESS; i++) {
+      r = kt_recv(buf, PROBE_BYTES, KT_UINT8, other, 0, c);
+      at[i] = kt__now_ns();
     }
-    int64_t dt = kt__now_ns() - t0;
-    if (i < 2) rtt = KT_MIN(rtt, dt);
-    else best = KT_MIN(best, dt);
+    if (r == KT_SUCCESS) {
+      /* The median gap between the timed messages' arrivals: a stall of
+       * this rank (a receive then finds bytes the kernel queued meanwhile)
+       * makes one gap long and the next ones short. */
+      for (int k = 0; k < PROBE_TIMED; k++) {
+        int64_t g = at[PROBE_MSGS - PROBE_TIMED + k] - at[PROBE_MSGS - PROBE_TIMED + k - 1];
+        int j = k;
+        for (; j > 0 && gap[j - 1] > g; j--) gap[j] = gap[j - 1];
+        gap[j] = g;
+      }
+      double mid = (double)(gap[PROBE_TIMED / 2 - 1] + gap[PROBE_TIMED / 2]) / 2.0;
+      *rate = (double)PROBE_BYTES * 1000.0 / KT_MAX(mid, 1.0);
+      r = kt_send(rate, 1, KT_FLOAT64, other, 0, c);
+    }
   }
   free(buf);
   kt__fast_reset(c);
@@ -290,8 +309,6 @@ static kt_result probe_pair(struct kt_comm_s *c, int other, double *rate) {
     kt__error_prefix("measuring the link to rank %d: ", other);
     return r;
   }
-  /* A transfer no longer than the round trip: faster than this can tell. */
-  *rate = (double)PROBE_BYTES * 1000.0 / (double)KT_MAX(best - rtt, (int64_t)1);
   return KT_SUCCESS;
 }
 
@@ -326,8 +343,8 @@ static kt_result link_probe(struct kt_comm_s *c, kt_store store, const kt__tcp_a
     KT_INFO("rank 0: links between hosts taken as %lld Mbit/s (KAITIAN_LINK_MBITS)%s", (long long)mbits,
             mbits ? "" : ": not modelled");
   else if (c->rank == 0)
-    KT_INFO("rank 0: links between hosts measured at %.0f Mbit/s (to rank %d; best of %d rounds of %zu KiB)",
-            rate * 8.0, peer, PROBE_ROUNDS, PROBE_BYTES >> 10);
+    KT_INFO("rank 0: links between hosts measured at %.0f Mbit/s (to rank %d; the median of the last %d of %d messages of %zu KiB)",
+            rate * 8.0, peer, PROBE_TIMED, PROBE_MSGS, PROBE_BYTES >> 10);
   return KT_SUCCESS;
 }
 

@@ -169,6 +169,12 @@ struct kt_comm_s {
    * parent's, and a hierarchy's cross child its parent's once known. 0:
    * not known (one host; a hierarchy's local child; KAITIAN_LINK_MBITS=0). */
   double link_bpus;
+  /* Links at least this fast (15000 Mbit/s): the CPUs and memory, not the
+   * link, bound a transfer (measured on netns hosts; not on NICs that fast),
+   * so the hierarchy does
+   * not cut its messages into segments there, nor the binomial broadcast
+   * its root's copy into pieces (docs/algorithms.md, "The link's speed"). */
+#define KT_FAST_LINK_BPUS 1875.0
 };
 
 /* Rank r as messages name it: a hierarchy child names the parent's rank. */

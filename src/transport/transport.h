@@ -52,6 +52,11 @@ KT_INTERNAL kt_result kt__net_post(kt__exec *ex, kt__xfer *x);
  * nothing moved, wait until something can (or the deadline, an abort, a dead
  * peer). Returns an error naming the peer and op on failure. */
 KT_INTERNAL kt_result kt__net_progress(kt__exec *ex, bool block);
+/* memcpy(dst, src, bytes) on a rank whose sends are posted: in pieces of
+ * `piece` bytes with a pass over the sockets after each, so that a send
+ * bound by its link goes on while the copy runs and the peers do not wait
+ * for the copy; piece 0: in one go. */
+KT_INTERNAL kt_result kt__net_copy_while_sending(kt__exec *ex, void *dst, const void *src, size_t bytes, size_t piece);
 /* Without waiting: has a peer died or aborted since we last looked? Run at
  * the start of every operation so that a rank never starts an op on a
  * communicator its peers have already given up. */
