@@ -99,7 +99,8 @@ kt_result kt__broadcast_hierarchical(kt__exec *ex) {
   char *shard = n ? out + displs[me] * es : out; /* out may be NULL when n is 0 */
   if (cross) {
     /* The root alone on its host (one shard: S is 1) sends from sendbuf; the
-     * TCP algorithms copy it to recvbuf once their sends are out. */
+     * TCP algorithms copy it to recvbuf while they send, or (the binomial
+     * tree on a fast link) first. */
     bool alone_root = c->rank == op->root && L == 1;
     kt__op bc = {.coll = KT_COLL_BROADCAST, .sendbuf = alone_root ? op->sendbuf : shard, .recvbuf = shard,
                  .count = counts[me], .dtype = op->dtype, .root = kt__hier_cross_rank(c, root_host)};

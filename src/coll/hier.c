@@ -56,8 +56,9 @@ int kt__hier_segments(const struct kt_comm_s *c, size_t bytes, size_t most_piece
   /* Segments overlap the links' time with the hosts' shared-memory phases,
    * on a thread of their own; where a link moves bytes about as fast as the
    * CPUs copy them (on this VM every "host" shares the same 2 CPUs: the
-   * probe reads ~37 Gbit/s unshaped), nothing is left to overlap and the
-   * thread competes with the ranks (docs/algorithms.md, "Segments"). */
+   * probe reads 36-54 Gbit/s unshaped with 2 ranks per host), nothing is
+   * left to overlap and the thread competes with the ranks
+   * (docs/algorithms.md, "Segments"). */
   if (!kt__param_set_HIER_SEGMENT_BYTES() && c->link_bpus >= KT_FAST_LINK_BPUS) return 1;
   size_t k = KT_MIN(KT_MIN(bytes / seg, (size_t)KT_HIER_MAX_SEGMENTS), most_pieces);
   return k >= 2 ? (int)k : 1;

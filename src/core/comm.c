@@ -253,7 +253,8 @@ static kt_result store_get_exact(kt_store store, const char *key, void *buf, siz
  * probe reads. Rank 0 then streams PROBE_MSGS messages of PROBE_BYTES
  * (striped over the pair's connections, as large messages go) with no pause
  * between them; the receiver takes the median of the gaps between the
- * arrivals of the last PROBE_TIMED ones and sends the rate back. The
+ * arrivals of the last PROBE_TIMED ones, or their mean where that is longer,
+ * and sends the rate back. The
  * messages before are not timed: they carry TCP's slow start and drain a
  * token bucket's burst (a shaper, or a virtual machine's or a switch's
  * burst allowance), through which the first bytes pass faster than the
@@ -267,6 +268,8 @@ static kt_result store_get_exact(kt_store store, const char *key, void *buf, siz
 #define PROBE_BYTES ((size_t)512 << 10)
 #define PROBE_MSGS 16
 #define PROBE_TIMED 8
+_Static_assert(PROBE_TIMED >= 2 && PROBE_TIMED % 2 == 0 && PROBE_TIMED < PROBE_MSGS,
+               "the probe times an even number of gaps after at least one message");
 
 /* Rank 0's or its partner's side of the probe with rank other: *rate in
  * bytes per microsecond (the receiver's measurement, on both sides). */
@@ -280,7 +283,11 @@ static kt_result probe_pair(struct kt_comm_s *c, int other, double *rate) {
   if (c->rank == 0) {
     r = kt_recv(buf, 1, KT_UINT8, other, 0, c);
     for (int i = 0; i < PROBE_MSGS && r == KT_SUCCESS; i++) r = kt_send(buf, PROBE_BYTES, KT_UINT8, other, 0, c);
-    if (r == KT_SUCCESS) r = kt_recv(rate, 1, KT_FLOAT64, other, 0, c);
+    double got = -1;
+    if (r == KT_SUCCESS) r = kt_recv(&got, 1, KT_FLOAT64, other, 0, c);
+    if (r == KT_SUCCESS && !(got > 0 && got < 1e12))
+      r = kt__err(KT_ERR_PEER_FAILED, "rank 0: rank %d measured the link at %g bytes/us, which is no rate", other, got);
+    if (r == KT_SUCCESS) *rate = got;
   } else {
     int64_t at[PROBE_MSGS], gap[PROBE_TIMED];
     r = kt_send(buf, 1, KT_UINT8, other, 0, c);
@@ -299,7 +306,10 @@ static kt_result probe_pair(struct kt_comm_s *c, int other, double *rate) {
         gap[j] = g;
       }
       double mid = (double)(gap[PROBE_TIMED / 2 - 1] + gap[PROBE_TIMED / 2]) / 2.0;
-      *rate = (double)PROBE_BYTES * 1000.0 / KT_MAX(mid, 1.0);
+      /* A stall before the window leaves queued bytes that make the median
+       * gap short but the window as long as the link needs: the slower. */
+      double whole = (double)(at[PROBE_MSGS - 1] - at[PROBE_MSGS - PROBE_TIMED - 1]) / PROBE_TIMED;
+      *rate = (double)PROBE_BYTES * 1000.0 / KT_MAX(KT_MAX(mid, whole), 1.0);
       r = kt_send(rate, 1, KT_FLOAT64, other, 0, c);
     }
   }

@@ -173,7 +173,8 @@ struct kt_comm_s {
    * link, bound a transfer (measured on netns hosts; not on NICs that fast),
    * so the hierarchy does
    * not cut its messages into segments there, nor the binomial broadcast
-   * its root's copy into pieces (docs/algorithms.md, "The link's speed"). */
+   * its root's copy into pieces (docs/algorithms.md, "Segments" and "A
+   * broadcast root's copy"). */
 #define KT_FAST_LINK_BPUS 1875.0
 };
 
