@@ -253,9 +253,8 @@ static kt_result store_get_exact(kt_store store, const char *key, void *buf, siz
  * probe reads. Rank 0 then streams PROBE_MSGS messages of PROBE_BYTES
  * (striped over the pair's connections, as large messages go) with no pause
  * between them; the receiver takes the median of the gaps between the
- * arrivals of the last PROBE_TIMED ones, or their mean where that is longer,
- * and sends the rate back. The
- * messages before are not timed: they carry TCP's slow start and drain a
+ * arrivals of the last PROBE_TIMED ones, or their mean where that is
+ * longer, and sends the rate back. The messages before are not timed: they carry TCP's slow start and drain a
  * token bucket's burst (a shaper, or a virtual machine's or a switch's
  * burst allowance), through which the first bytes pass faster than the
  * link's steady rate (docs/algorithms.md, "The link's speed"). Rank 0 puts
@@ -353,7 +352,7 @@ static kt_result link_probe(struct kt_comm_s *c, kt_store store, const kt__tcp_a
     KT_INFO("rank 0: links between hosts taken as %lld Mbit/s (KAITIAN_LINK_MBITS)%s", (long long)mbits,
             mbits ? "" : ": not modelled");
   else if (c->rank == 0)
-    KT_INFO("rank 0: links between hosts measured at %.0f Mbit/s (to rank %d; the median of the last %d of %d messages of %zu KiB)",
+    KT_INFO("rank 0: links between hosts measured at %.0f Mbit/s (to rank %d; the last %d of %d messages of %zu KiB)",
             rate * 8.0, peer, PROBE_TIMED, PROBE_MSGS, PROBE_BYTES >> 10);
   return KT_SUCCESS;
 }

@@ -169,14 +169,14 @@ struct kt_comm_s {
    * parent's, and a hierarchy's cross child its parent's once known. 0:
    * not known (one host; a hierarchy's local child; KAITIAN_LINK_MBITS=0). */
   double link_bpus;
-  /* Links at least this fast (15000 Mbit/s): the CPUs and memory, not the
-   * link, bound a transfer (measured on netns hosts; not on NICs that fast),
-   * so the hierarchy does
-   * not cut its messages into segments there, nor the binomial broadcast
-   * its root's copy into pieces (docs/algorithms.md, "Segments" and "A
-   * broadcast root's copy"). */
-#define KT_FAST_LINK_BPUS 1875.0
 };
+
+/* Links at least this fast (c->link_bpus; 15000 Mbit/s): the CPUs and
+ * memory, not the link, bound a transfer (measured on netns hosts; not on
+ * NICs that fast), so the hierarchy does not cut its messages into segments
+ * there, nor the binomial broadcast its root's copy into pieces
+ * (docs/algorithms.md, "Segments" and "A broadcast root's copy"). */
+#define KT_FAST_LINK_BPUS 1875.0
 
 /* Rank r as messages name it: a hierarchy child names the parent's rank. */
 static inline int kt__rank_label(const struct kt_comm_s *c, int r) {
@@ -201,12 +201,12 @@ KT_INTERNAL void *kt__scratch(struct kt_comm_s *c, size_t n);
  * error wins); tells peers (best effort) so they fail fast too. */
 KT_INTERNAL void kt__comm_fail(struct kt_comm_s *c, kt_result r);
 
-/* Hand op to the communicator's ordered execution (src/core/progress.c).
- * req_out NULL: blocking. Takes ownership of op's count arrays. */
 /* Leave the owner's path (progress.c) unclaimed again, as at creation: for
  * ops run while the communicator is being set up, before any caller has it
  * (no other thread may use c meanwhile). */
 KT_INTERNAL void kt__fast_reset(struct kt_comm_s *c);
+/* Hand op to the communicator's ordered execution (src/core/progress.c).
+ * req_out NULL: blocking. Takes ownership of op's count arrays. */
 KT_INTERNAL kt_result kt__issue(struct kt_comm_s *c, kt__op *op, kt_request *req_out);
 
 /* Wait for req, an op of child communicator req->comm running on its

@@ -933,43 +933,23 @@ kt_result kt__net_timeout(kt__exec *ex, const char *what, const char *detail) {
                  quiet, detail ? "; it reported: " : "", detail ? detail : "");
 }
 
-/* One pass over every lane without waiting; *moved: did any bytes move. */
-static kt_result advance_all(kt__exec *ex, bool *moved) {
+kt_result kt__net_progress(kt__exec *ex, bool block) {
   struct kt_comm_s *c = ex->comm;
   struct kt__tcp *t = c->tcp;
   if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
     return kt__err(KT_ERR_ABORTED, "rank %d: communicator aborted (kt_comm_abort)", kt__rank_label(c, c->rank));
-  *moved = false;
+  bool moved = false;
   for (int i = 0; i < t->nranks; i++) {
     struct peer *p = &t->peers[i];
     for (int l = 0; l < p->nlanes; l++) {
-      if (p->lane[l].scur) KT_CHECK(advance_sends(ex, i, l, moved));
-      if (p->lane[l].rcur) KT_CHECK(advance_recvs(ex, i, l, moved));
+      if (p->lane[l].scur) KT_CHECK(advance_sends(ex, i, l, &moved));
+      if (p->lane[l].rcur) KT_CHECK(advance_recvs(ex, i, l, &moved));
     }
   }
-  if (*moved) t->idle_since_ns = 0;
-  return KT_SUCCESS;
-}
-
-kt_result kt__net_copy_while_sending(kt__exec *ex, void *dst, const void *src, size_t bytes, size_t piece) {
-  if (piece == 0) {
-    memcpy(dst, src, bytes);
+  if (moved || !block) {
+    if (moved) t->idle_since_ns = 0;
     return KT_SUCCESS;
   }
-  for (size_t at = 0; at < bytes; at += piece) {
-    memcpy((char *)dst + at, (const char *)src + at, KT_MIN(piece, bytes - at));
-    bool moved;
-    KT_CHECK(advance_all(ex, &moved));
-  }
-  return KT_SUCCESS;
-}
-
-kt_result kt__net_progress(kt__exec *ex, bool block) {
-  struct kt_comm_s *c = ex->comm;
-  struct kt__tcp *t = c->tcp;
-  bool moved;
-  KT_CHECK(advance_all(ex, &moved));
-  if (moved || !block) return KT_SUCCESS;
   /* Nothing could move: in an op of up to TCP_SPIN_MAX_BYTES (op_bytes), for
    * KAITIAN_TCP_SPIN_NS try again, yielding the CPU between tries (a peer's
    * bytes often arrive within microseconds, sooner than a sleeping rank wakes
@@ -1130,6 +1110,18 @@ kt_result kt__net_wait(kt__exec *ex, kt__xfer *x) {
 
 kt_result kt__net_waitall(kt__exec *ex, kt__xfer *xs, int n) {
   for (int i = 0; i < n; i++) KT_CHECK(kt__net_wait(ex, &xs[i]));
+  return KT_SUCCESS;
+}
+
+kt_result kt__net_copy_while_sending(kt__exec *ex, void *dst, const void *src, size_t bytes, size_t piece) {
+  if (piece == 0) {
+    memcpy(dst, src, bytes);
+    return KT_SUCCESS;
+  }
+  for (size_t at = 0; at < bytes; at += piece) {
+    memcpy((char *)dst + at, (const char *)src + at, KT_MIN(piece, bytes - at));
+    KT_CHECK(kt__net_progress(ex, false));
+  }
   return KT_SUCCESS;
 }
 

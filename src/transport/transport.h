@@ -53,7 +53,7 @@ KT_INTERNAL kt_result kt__net_post(kt__exec *ex, kt__xfer *x);
  * peer). Returns an error naming the peer and op on failure. */
 KT_INTERNAL kt_result kt__net_progress(kt__exec *ex, bool block);
 /* memcpy(dst, src, bytes) on a rank whose sends are posted: in pieces of
- * `piece` bytes with a pass over the sockets after each, so that a send
+ * `piece` bytes with kt__net_progress(ex, false) after each, so that a send
  * bound by its link goes on while the copy runs and the peers do not wait
  * for the copy; piece 0: in one go. */
 KT_INTERNAL kt_result kt__net_copy_while_sending(kt__exec *ex, void *dst, const void *src, size_t bytes, size_t piece);
