@@ -11,6 +11,8 @@
  *  - A collective is in place when the send and receive buffers are the same
  *    pointer (for allgather: sendbuf == recvbuf + rank * count; for
  *    reduce_scatter: recvbuf == sendbuf + rank * recvcount), as in NCCL.
+ *    Overlap of the two other than an in-place form (docs/api.md lists
+ *    each collective's) is refused with KT_ERR_INVALID_ARGUMENT.
  *  - Non-blocking calls (kt_i*) return a kt_request that kt_wait() completes and
  *    frees. Buffers and count arrays must stay valid until then (count arrays
  *    are copied at issue time, so those may be reused at once). Operations on a
@@ -372,7 +374,8 @@ KT_API kt_result kt_recv(void *buf, size_t count, kt_dtype dtype, int peer, int 
                          kt_comm comm);
 KT_API kt_result kt_irecv(void *buf, size_t count, kt_dtype dtype, int peer, int tag,
                           kt_comm comm, kt_request *req);
-/* Send to dst and receive from src at the same time. */
+/* Send to dst and receive from src at the same time; the two buffers must not
+ * overlap. */
 KT_API kt_result kt_sendrecv(const void *sendbuf, size_t sendcount, int dst, void *recvbuf,
                              size_t recvcount, int src, kt_dtype dtype, int tag, kt_comm comm);
 

@@ -751,7 +751,13 @@ class ProcessGroupKaitian(_Base):
             raise ValueError(f"kaitian backend: all_to_all_single: output dtype {output.dtype} "
                              f"differs from input dtype {input.dtype}")
         p = self._size
-        same = output.data_ptr() == input.data_ptr() and output.numel() > 0
+        # The core refuses buffers that share bytes (no in-place alltoall(v)
+        # across different splits): an input that overlaps the output is
+        # copied first, as torch's in-place all_to_all_single expects.
+        ib, ob = input.data_ptr(), output.data_ptr()
+        same = (output.numel() > 0 and input.numel() > 0 and
+                ib < ob + output.numel() * output.element_size() and
+                ob < ib + input.numel() * input.element_size())
         bi = T.stage(input.clone() if same else input, read=True, write=False)
         bo = T.stage(output, read=False, write=True)
         k = bo.count // output.numel() if output.numel() else (

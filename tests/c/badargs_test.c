@@ -557,6 +557,82 @@ static void test_mem(void) {
   OK(kt_mem_free(NULL));
 }
 
+#define KW_OVERLAP "overlap"
+
+/* Send and receive buffers that share bytes outside the call's in-place
+ * form are refused on the rank that passes them; touching buffers, and the
+ * in-place forms, are not. Root-only checks run on a one-rank split (a
+ * non-root would not see the root's buffers and would wait in the op). */
+static void test_overlap(int peer) {
+  static int32_t b[1024];
+  int32_t *g = b + 4 * (size_t)rank_; /* this rank's block of a size x 4 buffer */
+  kt_request q = NULL;
+  size_t cnt[64], dsp[64];
+  for (int i = 0; i < 64; i++) cnt[i] = 4, dsp[i] = 4 * (size_t)i;
+  BAD(KW_OVERLAP, kt_allreduce(b, b + 1, 4, KT_INT32, KT_SUM, comm));
+  BAD(KW_OVERLAP, kt_iallreduce(b + 3, b, 4, KT_INT32, KT_SUM, comm, &q));
+  BAD(KW_OVERLAP, kt_allgather(g + 1, b, 4, KT_INT32, comm));
+  BAD(KW_OVERLAP, kt_iallgather(b + 4 * (size_t)size_ - 1, b, 4, KT_INT32, comm, &q));
+  BAD(KW_OVERLAP, kt_allgatherv(g + 2, 4, b, cnt, dsp, KT_INT32, comm));
+  BAD(KW_OVERLAP, kt_reduce_scatter(b, g + 1, 4, KT_INT32, KT_SUM, comm));
+  BAD(KW_OVERLAP, kt_ireduce_scatter(b + 1, b, 4, KT_INT32, KT_SUM, comm, &q));
+  BAD(KW_OVERLAP, kt_alltoall(b, b + 4, 4, KT_INT32, comm));
+  BAD(KW_OVERLAP, kt_alltoallv(b, cnt, dsp, b + 4 * (size_t)size_ - 1, cnt, dsp, KT_INT32, comm));
+  BAD(KW_OVERLAP, kt_ialltoallv(b + 2, cnt, dsp, b, cnt, dsp, KT_INT32, comm, &q));
+  BAD(KW_OVERLAP, kt_sendrecv(b, 4, peer, b + 3, 4, peer, KT_INT32, 0, comm));
+  BAD(KW_OVERLAP, kt_sendrecv(b, 4, peer, b, 4, peer, KT_INT32, 0, comm));
+  BAD(KW_OVERLAP, kt_ialltoall(b + 4, b, 4, KT_INT32, comm, &q));
+  /* a send buffer in the gap between two receive blocks: inside the span */
+  size_t gap[64];
+  for (int i = 0; i < 64; i++) gap[i] = 8 * (size_t)i;
+  BAD(KW_OVERLAP, kt_allgatherv(b + 4, 4, b, cnt, gap, KT_INT32, comm));
+  /* touching is not overlapping; the in-place forms are taken */
+  OK(kt_allreduce(b, b + 4, 4, KT_INT32, KT_SUM, comm));
+  OK(kt_allreduce(b + 4, b, 4, KT_INT32, KT_SUM, comm));
+  OK(kt_allreduce(b, b, 4, KT_INT32, KT_SUM, comm));
+  OK(kt_allgather(g, b, 4, KT_INT32, comm));
+  OK(kt_allgatherv(g, 4, b, cnt, dsp, KT_INT32, comm));
+  OK(kt_reduce_scatter(b, g, 4, KT_INT32, KT_SUM, comm));
+  OK(kt_alltoall(b, b, 4, KT_INT32, comm));
+  OK(kt_alltoallv(b, cnt, dsp, b + 4 * (size_t)size_, cnt, dsp, KT_INT32, comm));
+  OK(kt_sendrecv(b, 4, peer, b + 4, 4, (rank_ + size_ - 1) % size_, KT_INT32, 0, comm));
+  /* root-only buffers: the root's in-place forms at its offset, and buffers a
+   * non-root passes that overlap but are not used are not checked there */
+  int R = size_ - 1;
+  bool root = rank_ == R;
+  int32_t *rblk = b + 4 * (size_t)R;
+  OK(kt_gather(root ? rblk : b + 1, b, 4, KT_INT32, R, comm));
+  OK(kt_scatter(b, root ? rblk : b + 1, 4, KT_INT32, R, comm));
+  OK(kt_broadcast(root ? b : b + 1, b, 4, KT_INT32, R, comm));
+  OK(kt_reduce(b + 4, root ? b : b + 2, 4, KT_INT32, KT_SUM, R, comm));
+
+  kt_comm solo = NULL, save = comm;
+  kt_result rc = kt_comm_split(comm, rank_, 0, &solo);
+  checks++;
+  if (rc != KT_SUCCESS || !solo) {
+    fprintf(stderr, "FAIL rank %d: kt_comm_split(color=rank) returned %s: %s\n", rank_, kt_strerror(rc),
+            kt_last_error());
+    fails++;
+    return;
+  }
+  comm = solo;
+  BAD(KW_OVERLAP, kt_broadcast(b, b + 1, 4, KT_INT32, 0, comm));
+  BAD(KW_OVERLAP, kt_ibroadcast(b + 1, b, 4, KT_INT32, 0, comm, &q));
+  BAD(KW_OVERLAP, kt_reduce(b, b + 2, 4, KT_INT32, KT_SUM, 0, comm));
+  BAD(KW_OVERLAP, kt_ireduce(b + 3, b, 4, KT_INT32, KT_SUM, 0, comm, &q));
+  BAD(KW_OVERLAP, kt_igather(b, b + 2, 4, KT_INT32, 0, comm, &q));
+  BAD(KW_OVERLAP, kt_gather(b + 1, b, 4, KT_INT32, 0, comm));
+  BAD(KW_OVERLAP, kt_scatter(b, b + 1, 4, KT_INT32, 0, comm));
+  BAD(KW_OVERLAP, kt_iscatter(b + 1, b, 4, KT_INT32, 0, comm, &q));
+  OK(kt_broadcast(b, b, 4, KT_INT32, 0, comm));
+  OK(kt_reduce(b, b, 4, KT_INT32, KT_SUM, 0, comm));
+  OK(kt_gather(b, b, 4, KT_INT32, 0, comm));
+  OK(kt_scatter(b, b, 4, KT_INT32, 0, comm));
+  OK(kt_scatter(b, b + 4, 4, KT_INT32, 0, comm));
+  comm = save;
+  OK(kt_comm_destroy(solo));
+}
+
 int main(void) {
   kt_result rc = kt_comm_init_env(&comm);
   if (rc != KT_SUCCESS) {
@@ -594,6 +670,8 @@ int main(void) {
   sync_check("empty operations with NULL buffers");
   test_mem();
   sync_check("registered buffers");
+  test_overlap(peer);
+  sync_check("overlapping buffers");
 
   rc = kt_comm_destroy(comm);
   checks++;

@@ -252,6 +252,13 @@ def test_alltoall(device):
     dist.all_to_all_single(out, rows.to(device), recv_splits, send_splits)
     exp = torch.cat([torch.full((s, 2), 100 * i + RANK, dtype=torch.int64) for i, s in enumerate(recv_splits)])
     check("all_to_all_single uneven", exp, out)
+    # output and input partly sharing one buffer: the input's values as they
+    # were before the call reach the peers (the backend copies it first)
+    buf = torch.zeros(3 * WS + 2, device=device)
+    buf[:3 * WS] = inp_.to(device)
+    dist.all_to_all_single(buf[2:], buf[:3 * WS])
+    check("all_to_all_single, overlapping", torch.tensor([100 * i + RANK for i in range(WS) for _ in range(3)],
+                                                         dtype=torch.float32), buf[2:])
     ins = [torch.full((j + 1,), 10 * RANK + j, dtype=torch.int32, device=device) for j in range(WS)]
     outs = [torch.zeros(RANK + 1, dtype=torch.int32, device=device) for _ in range(WS)]
     dist.all_to_all(outs, ins)
