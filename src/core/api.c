@@ -57,16 +57,15 @@ static kt_result check_total(kt_comm c, const char *fn, size_t count, kt_dtype d
 static inline const void *at(const void *p, size_t off) { return p ? (const char *)p + off : NULL; }
 
 /* A send and a receive buffer of one call may share bytes only in the
- * call's in-place form, when sb is at inplace (NULL: no in-place form). Any
+ * call's in-place form (in_place: the caller's test of it). Any
  * other overlap would have the op read what it has already written; the
  * algorithms read the send buffer while they write the receive buffer (a
  * broadcast's root sends from one while it copies into the other), so what
  * the peers get would depend on timing. Ranges of 0 bytes overlap nothing. */
 static kt_result check_overlap(kt_comm c, const char *fn, const void *sb, size_t sbytes, const void *rb,
-                               size_t rbytes, const void *inplace, const char *rule) {
+                               size_t rbytes, bool in_place, const char *rule) {
   uintptr_t s = (uintptr_t)sb, r = (uintptr_t)rb;
-  if (!sbytes || !rbytes || !sb || !rb || s >= r + rbytes || r >= s + sbytes) return KT_SUCCESS;
-  if (inplace && sb == inplace) return KT_SUCCESS;
+  if (in_place || !sbytes || !rbytes || !sb || !rb || s >= r + rbytes || r >= s + sbytes) return KT_SUCCESS;
   return kt__err(KT_ERR_INVALID_ARGUMENT,
                  "rank %d: %s: sendbuf (%zu bytes at %p) and recvbuf (%zu bytes at %p) overlap, and the call is "
                  "not in place (%s)",
@@ -124,7 +123,7 @@ static kt_result allreduce(const void *sb, void *rb, size_t count, kt_dtype dt, 
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
   size_t n = count * kt_dtype_size(dt);
-  KT_CHECK(check_overlap(comm, fn, sb, n, rb, n, rb, "sendbuf == recvbuf"));
+  KT_CHECK(check_overlap(comm, fn, sb, n, rb, n, sb == rb, "sendbuf == recvbuf"));
   kt__op o;
   op_init(&o, KT_COLL_ALLREDUCE, sb, rb, count, dt, op, 0);
   return issue(comm, &o, req);
@@ -148,7 +147,7 @@ static kt_result broadcast(const void *sb, void *rb, size_t count, kt_dtype dt, 
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
   if (comm->rank == root) {
     size_t n = count * kt_dtype_size(dt);
-    KT_CHECK(check_overlap(comm, fn, sb, n, rb, n, rb, "sendbuf == recvbuf"));
+    KT_CHECK(check_overlap(comm, fn, sb, n, rb, n, sb == rb, "sendbuf == recvbuf"));
   }
   kt__op o;
   op_init(&o, KT_COLL_BROADCAST, sb, rb, count, dt, 0, root);
@@ -174,7 +173,7 @@ static kt_result reduce(const void *sb, void *rb, size_t count, kt_dtype dt, kt_
   if (comm->rank == root) {
     KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
     size_t n = count * kt_dtype_size(dt);
-    KT_CHECK(check_overlap(comm, fn, sb, n, rb, n, rb, "sendbuf == recvbuf"));
+    KT_CHECK(check_overlap(comm, fn, sb, n, rb, n, sb == rb, "sendbuf == recvbuf"));
   }
   kt__op o;
   op_init(&o, KT_COLL_REDUCE, sb, rb, count, dt, op, root);
@@ -198,7 +197,7 @@ static kt_result allgather(const void *sb, void *rb, size_t count, kt_dtype dt, 
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, (size_t)comm->size, dt));
   size_t n = count * kt_dtype_size(dt);
-  KT_CHECK(check_overlap(comm, fn, sb, n, rb, n * (size_t)comm->size, at(rb, n * (size_t)comm->rank),
+  KT_CHECK(check_overlap(comm, fn, sb, n, rb, n * (size_t)comm->size, sb == at(rb, n * (size_t)comm->rank),
                          "sendbuf == recvbuf + rank x count"));
   kt__op o;
   op_init(&o, KT_COLL_ALLGATHER, sb, rb, count, dt, 0, 0);
@@ -245,8 +244,8 @@ static kt_result copy_counts(kt_comm c, const char *fn, const char *what, const 
 /* The bytes of buf that a v-collective's counts and displacements touch:
  * from the lowest displacement to the highest end, over the ranks with a
  * count (copy_counts has checked that these fit); *from 0 bytes when none. */
-static size_t v_span(const kt__op *o, const size_t *counts, const size_t *displs, int p, size_t *from) {
-  size_t lo = SIZE_MAX, hi = 0, es = kt_dtype_size(o->dtype);
+static size_t v_span(const size_t *counts, const size_t *displs, int p, size_t es, size_t *from) {
+  size_t lo = SIZE_MAX, hi = 0;
   for (int i = 0; i < p; i++) {
     if (!counts[i]) continue;
     lo = KT_MIN(lo, displs[i]);
@@ -276,9 +275,9 @@ static kt_result allgatherv(const void *sb, size_t sendcount, void *rb, const si
     return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: sendcount %zu differs from recvcounts[%d] = %zu",
                    comm->rank, fn, sendcount, comm->rank, want);
   }
-  size_t from, span = v_span(&o, o.counts, o.displs, comm->size, &from), es = kt_dtype_size(dt);
+  size_t es = kt_dtype_size(dt), from, span = v_span(o.counts, o.displs, comm->size, es, &from);
   kt_result r = check_overlap(comm, fn, sb, sendcount * es, at(rb, from), span,
-                              sendcount ? at(rb, o.displs[comm->rank] * es) : NULL,
+                              sendcount && sb == at(rb, o.displs[comm->rank] * es),
                               "sendbuf == recvbuf + displs[rank]");
   if (r != KT_SUCCESS) {
     free(o.counts);
@@ -307,9 +306,8 @@ static kt_result reduce_scatter(const void *sb, void *rb, size_t count, kt_dtype
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, (size_t)comm->size, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
   size_t n = count * kt_dtype_size(dt);
-  /* in place: recvbuf == sendbuf + rank x count, i.e. sendbuf == recvbuf - rank x count */
-  if (!(sb && rb == at(sb, n * (size_t)comm->rank)))
-    KT_CHECK(check_overlap(comm, fn, sb, n * (size_t)comm->size, rb, n, NULL, "recvbuf == sendbuf + rank x recvcount"));
+  KT_CHECK(check_overlap(comm, fn, sb, n * (size_t)comm->size, rb, n, rb == at(sb, n * (size_t)comm->rank),
+                         "recvbuf == sendbuf + rank x recvcount"));
   kt__op o;
   op_init(&o, KT_COLL_REDUCE_SCATTER, sb, rb, count, dt, op, 0);
   return issue(comm, &o, req);
@@ -335,7 +333,7 @@ static kt_result gather(const void *sb, void *rb, size_t count, kt_dtype dt, int
   if (comm->rank == root) {
     KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, (size_t)comm->size, dt));
     size_t n = count * kt_dtype_size(dt);
-    KT_CHECK(check_overlap(comm, fn, sb, n, rb, n * (size_t)comm->size, at(rb, n * (size_t)root),
+    KT_CHECK(check_overlap(comm, fn, sb, n, rb, n * (size_t)comm->size, sb == at(rb, n * (size_t)root),
                            "sendbuf == recvbuf + root x count on the root"));
   }
   kt__op o;
@@ -360,9 +358,8 @@ static kt_result scatter(const void *sb, void *rb, size_t count, kt_dtype dt, in
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
   if (comm->rank == root) {
     size_t n = count * kt_dtype_size(dt);
-    if (!(sb && rb == at(sb, n * (size_t)root)))
-      KT_CHECK(check_overlap(comm, fn, sb, n * (size_t)comm->size, rb, n, NULL,
-                             "recvbuf == sendbuf + root x count on the root"));
+    KT_CHECK(check_overlap(comm, fn, sb, n * (size_t)comm->size, rb, n, rb == at(sb, n * (size_t)root),
+                           "recvbuf == sendbuf + root x count on the root"));
   }
   kt__op o;
   op_init(&o, KT_COLL_SCATTER, sb, rb, count, dt, 0, root);
@@ -385,7 +382,7 @@ static kt_result alltoall(const void *sb, void *rb, size_t count, kt_dtype dt, k
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, (size_t)comm->size, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, (size_t)comm->size, dt));
   size_t n = count * kt_dtype_size(dt) * (size_t)comm->size;
-  KT_CHECK(check_overlap(comm, fn, sb, n, rb, n, rb, "sendbuf == recvbuf"));
+  KT_CHECK(check_overlap(comm, fn, sb, n, rb, n, sb == rb, "sendbuf == recvbuf"));
   kt__op o;
   op_init(&o, KT_COLL_ALLTOALL, sb, rb, count, dt, 0, 0);
   return issue(comm, &o, req);
@@ -411,9 +408,9 @@ static kt_result alltoallv(const void *sb, const size_t *sc, const size_t *sd, v
                 comm->rank, fn);
   }
   if (r == KT_SUCCESS) {
-    size_t sfrom, rfrom, sspan = v_span(&o, o.counts, o.displs, comm->size, &sfrom),
-                         rspan = v_span(&o, o.counts2, o.displs2, comm->size, &rfrom);
-    r = check_overlap(comm, fn, at(sb, sfrom), sspan, at(rb, rfrom), rspan, NULL,
+    size_t es = kt_dtype_size(dt), sfrom, rfrom, sspan = v_span(o.counts, o.displs, comm->size, es, &sfrom),
+                                      rspan = v_span(o.counts2, o.displs2, comm->size, es, &rfrom);
+    r = check_overlap(comm, fn, at(sb, sfrom), sspan, at(rb, rfrom), rspan, false,
                       "in-place alltoallv is not supported");
   }
   if (r != KT_SUCCESS) {
@@ -490,7 +487,7 @@ kt_result kt_sendrecv(const void *sb, size_t sc, int dst, void *rb, size_t rc, i
                    comm->rank, fn, dst, src);
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, sc, 1, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, rc, 1, dt));
-  KT_CHECK(check_overlap(comm, fn, sb, sc * kt_dtype_size(dt), rb, rc * kt_dtype_size(dt), NULL,
+  KT_CHECK(check_overlap(comm, fn, sb, sc * kt_dtype_size(dt), rb, rc * kt_dtype_size(dt), false,
                          "sendrecv has no in-place form"));
   kt__op o;
   op_init(&o, KT_COLL_SENDRECV, sb, rb, sc, dt, 0, dst);
