@@ -115,7 +115,10 @@ endforeach()
 
 # The tuner's single-copy picks (docs/algorithms.md): broadcast of 2 MiB and
 # allgather of 1 MiB per rank run shm_cma where every rank has a CPU of its
-# own (2 ranks on 2 CPUs), the region algorithm where the host's ranks
+# own (2 ranks on 2 CPUs), and so do 64 KiB (32 KiB per rank of allgather
+# and scatter); below KAITIAN_SHM_CMA_BYTES (16 KiB; 8 KiB of
+# broadcast, 4 KiB per rank of the others) the region algorithm; and the
+# region algorithm where the host's ranks
 # outnumber its CPUs (the same 2 ranks confined to one CPU with taskset:
 # the tuner counts the CPUs the ranks may run on); scatter's pick does not
 # depend on that. Skipped (77) where fewer than 2 CPUs are allowed.
@@ -124,12 +127,16 @@ kt=$1; fail() { echo "TEST FAILED: $*"; exit 1; }
 [ "$(OMP_NUM_THREADS= OMP_THREAD_LIMIT= nproc)" -ge 2 ] || { echo "SKIP: fewer than 2 CPUs allowed"; exit 77; }
 command -v taskset >/dev/null || { echo "SKIP: no taskset"; exit 77; }
 picks() { KAITIAN_DEBUG=INFO $1 "$kt" run -n 2 "$kt" bench -C broadcast,allgather,scatter -b "$2" -e "$2" -n 1 -w 0 2>&1; }
-out=$(picks "" 2M) || fail "2 ranks: $out"
-for c in broadcast allgather scatter; do
-  printf '%s\n' "$out" | grep -q "rank 0/2: $c runs algorithm shm_cma " || fail "2 ranks: $c did not pick shm_cma: $(printf '%s\n' "$out" | grep 'runs algorithm')"
+for size in 2M 64K; do
+  out=$(picks "" $size) || fail "2 ranks: $out"
+  for c in broadcast allgather scatter; do
+    printf '%s\n' "$out" | grep -q "rank 0/2: $c runs algorithm shm_cma " || fail "2 ranks, $size: $c did not pick shm_cma: $(printf '%s\n' "$out" | grep 'runs algorithm')"
+  done
 done
-out=$(picks "" 512K) || fail "2 ranks: $out"
-printf '%s\n' "$out" | grep -q "rank 0/2: allgather runs algorithm shm " || fail "2 ranks, 256 KiB per rank: allgather did not pick shm"
+out=$(picks "" 8K) || fail "2 ranks: $out"
+for c in broadcast allgather scatter; do
+  printf '%s\n' "$out" | grep -q "rank 0/2: $c runs algorithm shm " || fail "2 ranks, 8 KiB: $c did not pick shm: $(printf '%s\n' "$out" | grep 'runs algorithm')"
+done
 out=$(picks "taskset -c 0" 2M) || fail "2 ranks on one CPU: $out"
 for c in broadcast allgather; do
   printf '%s\n' "$out" | grep -q "rank 0/2: $c runs algorithm shm " || fail "2 ranks on one CPU: $c did not pick shm: $(printf '%s\n' "$out" | grep 'runs algorithm')"
