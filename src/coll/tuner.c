@@ -208,28 +208,26 @@ static const char *const pick_names[NPICKS] = {"shm_ll",           "shm_oneshot"
 static int pick_idx[KT_COLL_COUNT][NPICKS]; /* -1: the collective has none of that name */
 
 /* Once per process, before the first pick: KAITIAN_ALGO and pick_idx. */
-static int64_t ll_bytes[KT_COLL_COUNT]; /* KAITIAN_SHM_LL_BYTES, per collective */
-
-/* Unset, KAITIAN_SHM_LL_BYTES is two lines (64 bytes) except where ranks
- * that only send gain more from the protocol than its extra lines cost
- * (docs/algorithms.md): broadcast, reduce and gather up to every line, and
- * scatter too when the host's ranks outnumber its CPUs (then a region
- * algorithm waits for every rank to be scheduled in every step). */
+static int64_t ll_bytes; /* KAITIAN_SHM_LL_BYTES */
 static bool ll_set;
 static int64_t cma_bytes, reduce_oneshot_bytes; /* KAITIAN_SHM_CMA_BYTES, KAITIAN_SHM_REDUCE_ONESHOT_BYTES */
+
+/* Unset, KAITIAN_SHM_LL_BYTES is every line (872 bytes) for every
+ * collective, except allreduce where the host's ranks outnumber its CPUs:
+ * there it is two lines (64 bytes), since an allreduce waits for every
+ * peer's lines and with ranks descheduled the region algorithm's one post
+ * per rank did better (docs/algorithms.md). */
+#define LL_OVERSUBSCRIBED_ALLREDUCE 64
 
 static void init_ll_bytes(void) {
   int64_t v = kt__param_SHM_LL_BYTES();
   ll_set = kt__param_set_SHM_LL_BYTES();
-  for (int cl = 0; cl < KT_COLL_COUNT; cl++) ll_bytes[cl] = v;
-  if (!ll_set)
-    ll_bytes[KT_COLL_BROADCAST] = ll_bytes[KT_COLL_REDUCE] = ll_bytes[KT_COLL_GATHER] = (int64_t)kt__shm_ll_max();
+  ll_bytes = ll_set ? v : (int64_t)kt__shm_ll_max();
 }
 
 static int64_t ll_limit(struct kt_comm_s *c, const kt__op *op) {
-  if (!ll_set && op->coll == KT_COLL_SCATTER && kt__shm_oversubscribed(c))
-    return (int64_t)kt__shm_ll_max();
-  return ll_bytes[op->coll];
+  if (!ll_set && op->coll == KT_COLL_ALLREDUCE && kt__shm_oversubscribed(c)) return LL_OVERSUBSCRIBED_ALLREDUCE;
+  return ll_bytes;
 }
 
 static void init_tuner(void) {

@@ -42,10 +42,10 @@ foreach(kind bcast bcastroot1 count countlarge dtype op avg p2ptag p2pcount p2pd
 endforeach()
 kt_fault_test(mismatch.np3.count 120 3 scenario.sh --np 3 --max-s 30
   --env KAITIAN_TIMEOUT=60000 -- mismatch kind=count)
-# Rank 1's allreduce of 128 bytes runs a region algorithm, the others' of 16
-# the small-message protocol: the waiting ranks see rank 1's step move.
+# Rank 1's allreduce of 1 KiB runs a region algorithm, the others' of 16
+# bytes the small-message protocol: the waiting ranks see rank 1's step move.
 kt_fault_test(mismatch.np3.countsmall 120 3 scenario.sh --np 3 --max-s 10
-  --grep "mismatched operations: rank [0-2] is in \\(op #1 allreduce, count 4.* but rank 1 .* is in \\(op #1 allreduce, count 32"
+  --grep "mismatched operations: rank [0-2] is in \\(op #1 allreduce, count 4.* but rank 1 .* is in \\(op #1 allreduce, count 256"
   --env KAITIAN_TIMEOUT=60000 -- mismatch kind=countsmall)
 # Small ops where every rank only sends (rank 1 broadcasts from itself, the
 # others reduce to rank 1): the barrier after it, or one of the 4 broadcasts
