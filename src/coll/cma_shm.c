@@ -1,16 +1,19 @@
 /* cma_shm.c - single-copy collectives on one host: each rank publishes the
- * address of its buffer and the readers copy straight out of the owner's
- * address space with process_vm_readv (the kernel's cross-memory attach),
- * one copy per byte where the region algorithms copy into the segment and
- * out again. The owner stays in the op until its readers have posted that
- * they are done.
+ * address of its buffer and the others copy straight between the address
+ * spaces with process_vm_readv / process_vm_writev (the kernel's
+ * cross-memory attach), one copy per byte where the region algorithms copy
+ * into the segment and out again. Readers read what they receive (scatter,
+ * allgather, alltoall, broadcast); gather's ranks write their blocks into
+ * the root's buffer, and broadcast's root, in place, writes a share into
+ * each reader's. A rank whose buffer others still use stays in the op until
+ * they have posted that they are done.
  *
  * All ranks on one host, even blocks (the hierarchy's uneven phases stay
- * with the region algorithms). Needs every rank to be allowed to read every
- * other's memory: kt__shm_cma_ok probes that once per communicator and, where
- * it is refused, every rank runs the region algorithm instead. Chosen by the
- * tuner from KAITIAN_SHM_CMA_BYTES per rank. alltoall only out of place (in
- * place, a rank would overwrite what the others still read). */
+ * with the region algorithms). Needs every rank to be allowed to reach every
+ * other's memory: kt__shm_cma_ok probes that once per communicator and,
+ * where it is refused, every rank runs the region algorithm instead. Chosen
+ * by the tuner from KAITIAN_SHM_CMA_BYTES per rank. alltoall only out of
+ * place (in place, a rank would overwrite what the others still read). */
 #include "coll.h"
 
 #include "transport/shm.h"
@@ -51,24 +54,47 @@ static kt_result read_blocks(kt__exec *ex, int par, uint64_t from, const char *o
   return KT_SUCCESS;
 }
 
+/* Broadcast: every reader reads the head of the root's buffer, and a root
+ * that broadcasts in place (no copy of its own to make) writes the tail,
+ * 1/p of the bytes, into each reader's buffer meanwhile, so it copies
+ * (p-1)/p of them like each reader instead of sitting idle. */
+#define BCAST_SHARE_ALIGN 4096
+
 kt_result kt__broadcast_shm_cma(kt__exec *ex) {
   const kt__op *op = ex->op;
-  int me = ex->comm->rank, root = op->root;
+  struct kt_comm_s *c = ex->comm;
+  int me = c->rank, root = op->root;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   bool done;
   kt_result res = begin(ex, kt__broadcast_shm, &done);
   if (res != KT_SUCCESS || done) return res;
+  /* The tail the root writes: decided by the root, published with its
+   * buffer (the readers cannot tell whether its op is in place). */
   int par;
   uint64_t step;
-  KT_CHECK(publish(ex, me == root ? op->sendbuf : NULL, &par, &step));
   if (me == root) {
-    if (bytes && op->recvbuf != op->sendbuf) memcpy(op->recvbuf, op->sendbuf, bytes);
-    return kt__shm_wait(ex, -1, kt__shm_post(ex)); /* every reader done */
+    bool in_place = op->recvbuf == op->sendbuf;
+    size_t tail = in_place ? bytes / (size_t)c->size / BCAST_SHARE_ALIGN * BCAST_SHARE_ALIGN : 0;
+    KT_CHECK(kt__shm_iter_begin(ex, &par));
+    kt__shm_set_aux(ex, par, addr_of(op->sendbuf));
+    kt__shm_set_aux2(ex, par, tail);
+    step = kt__shm_post(ex);
+    if (!in_place && bytes) memcpy(op->recvbuf, op->sendbuf, bytes);
+    if (tail) {
+      KT_CHECK(kt__shm_wait(ex, -1, step)); /* every reader's buffer published */
+      for (int r = 0; r < c->size; r++)
+        if (r != me)
+          KT_CHECK(kt__shm_cma_write(ex, r, kt__shm_get_aux(ex, r, par) + (bytes - tail),
+                                     (const char *)op->sendbuf + (bytes - tail), tail));
+    }
+    return kt__shm_wait(ex, -1, kt__shm_post(ex)); /* every reader done, and they wait for this post */
   }
+  KT_CHECK(publish(ex, op->recvbuf, &par, &step));
   KT_CHECK(kt__shm_wait(ex, root, step));
-  KT_CHECK(kt__shm_cma_read(ex, root, kt__shm_get_aux(ex, root, par), op->recvbuf, bytes));
-  kt__shm_post(ex);
-  return KT_SUCCESS;
+  size_t tail = (size_t)kt__shm_get_aux2(ex, root, par);
+  KT_CHECK(kt__shm_cma_read(ex, root, kt__shm_get_aux(ex, root, par), op->recvbuf, bytes - tail));
+  uint64_t fin = kt__shm_post(ex);
+  return tail ? kt__shm_wait(ex, root, fin) : KT_SUCCESS; /* the root's writes into this buffer done */
 }
 
 kt_result kt__scatter_shm_cma(kt__exec *ex) {
@@ -92,6 +118,8 @@ kt_result kt__scatter_shm_cma(kt__exec *ex) {
   return KT_SUCCESS;
 }
 
+/* Gather: every rank writes its own block into the root's buffer, all at
+ * once, where a root that read them would copy them all itself. */
 kt_result kt__gather_shm_cma(kt__exec *ex) {
   const kt__op *op = ex->op;
   int me = ex->comm->rank, root = op->root;
@@ -101,13 +129,16 @@ kt_result kt__gather_shm_cma(kt__exec *ex) {
   if (res != KT_SUCCESS || done) return res;
   int par;
   uint64_t step;
-  KT_CHECK(publish(ex, me == root ? NULL : op->sendbuf, &par, &step));
-  if (me != root) /* stay until the root has read this rank's block */
-    return kt__shm_wait(ex, root, kt__shm_post(ex));
-  KT_CHECK(kt__shm_wait(ex, -1, step));
-  KT_CHECK(read_blocks(ex, par, 0, op->sendbuf, bytes));
-  kt__shm_post(ex);
-  return KT_SUCCESS;
+  KT_CHECK(publish(ex, me == root ? op->recvbuf : NULL, &par, &step));
+  if (me != root) {
+    KT_CHECK(kt__shm_wait(ex, root, step)); /* its buffer published */
+    KT_CHECK(kt__shm_cma_write(ex, root, kt__shm_get_aux(ex, root, par) + (uint64_t)me * bytes, op->sendbuf, bytes));
+    kt__shm_post(ex);
+    return KT_SUCCESS;
+  }
+  char *mine = (char *)op->recvbuf + (size_t)me * bytes;
+  if (bytes && op->sendbuf != mine) memcpy(mine, op->sendbuf, bytes);
+  return kt__shm_wait(ex, -1, kt__shm_post(ex)); /* every block written */
 }
 
 kt_result kt__allgather_shm_cma(kt__exec *ex) {

@@ -249,13 +249,13 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
     if (op->coll == KT_COLL_ALLREDUCE)
       return n <= (double)KT_MIN((size_t)kt__param_SHM_ONESHOT_BYTES(), kt__shm_region_bytes(c)) ? PICK_SHM_ONESHOT
                                                                                                  : PICK_SHM_RSAG;
-    /* Single copy through process_vm_readv (docs/algorithms.md): alltoall
-     * and scatter from KAITIAN_SHM_CMA_BYTES per rank; broadcast and
-     * allgather from that size too, where every rank has a CPU of its own
-     * (oversubscribed, the region algorithms won at 16 MiB); gather only
-     * when forced (it lost at some sizes and won at others). */
+    /* Single copy through process_vm_readv/writev (docs/algorithms.md):
+     * alltoall, scatter and gather from KAITIAN_SHM_CMA_BYTES per rank;
+     * broadcast and allgather from that size too, where every rank has a
+     * CPU of its own (oversubscribed, the region algorithms won at 16 MiB). */
     bool cma = cma_bytes > 0 && cma_fits(c, op);
-    if (cma && n >= (double)cma_bytes && (op->coll == KT_COLL_ALLTOALL || op->coll == KT_COLL_SCATTER))
+    if (cma && n >= (double)cma_bytes &&
+        (op->coll == KT_COLL_ALLTOALL || op->coll == KT_COLL_SCATTER || op->coll == KT_COLL_GATHER))
       return PICK_SHM_CMA;
     if (cma && (op->coll == KT_COLL_BROADCAST || op->coll == KT_COLL_ALLGATHER) && n >= (double)cma_bytes &&
         !kt__shm_oversubscribed(c))

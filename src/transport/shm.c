@@ -64,7 +64,7 @@ typedef struct shm_hdr {
 typedef struct shm_slot {
   _Atomic uint64_t step;
   sig sigs[2]; /* by iteration parity: a peer is never 2 iterations ahead */
-  _Atomic uint64_t aux[2];
+  _Atomic uint64_t aux[2], aux2[2];
   /* While this rank waits in a send-only kt__shm_p2p on a full ring:
    * (episode << 32) | (destination + 1); the low half is 0 otherwise. The
    * episode number changes every time it starts waiting. */
@@ -865,6 +865,15 @@ uint64_t kt__shm_get_aux(kt__exec *ex, int r, int par) {
   return atomic_load_explicit(&slot(ex->comm->shm, r)->aux[par], memory_order_relaxed);
 }
 
+void kt__shm_set_aux2(kt__exec *ex, int par, uint64_t v) {
+  kt__shm *s = ex->comm->shm;
+  atomic_store_explicit(&slot(s, s->me)->aux2[par], v, memory_order_relaxed);
+}
+
+uint64_t kt__shm_get_aux2(kt__exec *ex, int r, int par) {
+  return atomic_load_explicit(&slot(ex->comm->shm, r)->aux2[par], memory_order_relaxed);
+}
+
 /* ---- point to point ------------------------------------------------------- */
 
 #define P2P_MAGIC 0x5032504bu /* "KP2P" */
@@ -1332,24 +1341,32 @@ kt_result kt__shm_ll_read(kt__exec *ex, int r, size_t off, void *dst, size_t byt
 
 #define CMA_MAGIC 0x414d43544b54424bull /* "KBTKTCMA" */
 
-/* Every rank reads one word from every peer's address space; the verdict,
- * AND-ed over all ranks, is the same on every rank. Two iterations, once per
- * communicator, at the first op that wants it. Refused where the kernel
- * forbids reading another process (Yama's ptrace_scope, a seccomp filter,
- * other pid namespaces); then the callers use the region algorithms. */
+/* Every rank reads one word from every peer's address space and writes the
+ * same value back (the broadcast's root writes into its readers); the
+ * verdict, AND-ed over all ranks, is the same on every rank. Two iterations,
+ * once per communicator, at the first op that wants it. Refused where the
+ * kernel forbids reaching into another process (Yama's ptrace_scope, a
+ * seccomp filter, other pid namespaces); then the callers use the region
+ * algorithms. */
 static kt_result cma_probe(kt__exec *ex) {
   kt__shm *s = ex->comm->shm;
-  static const uint64_t magic = CMA_MAGIC;
+  uint64_t box = CMA_MAGIC; /* read and rewritten by the peers until the second iteration's wait */
   int par;
   KT_CHECK(kt__shm_iter_begin(ex, &par));
-  kt__shm_set_aux(ex, par, (uint64_t)(uintptr_t)&magic);
+  kt__shm_set_aux(ex, par, (uint64_t)(uintptr_t)&box);
   KT_CHECK(kt__shm_wait(ex, -1, kt__shm_post(ex)));
   int why = 0, who = -1;
+  const char *call = "process_vm_readv";
   for (int r = 0; r < s->n && !why; r++) {
     if (r == s->me) continue;
     uint64_t v = 0;
     struct iovec l = {&v, sizeof v}, rem = {(void *)(uintptr_t)kt__shm_get_aux(ex, r, par), sizeof v};
     ssize_t got = process_vm_readv(ex->comm->peer_pid[r], &l, 1, &rem, 1, 0);
+    if (got == (ssize_t)sizeof v && v == CMA_MAGIC) {
+      call = "process_vm_writev";
+      got = process_vm_writev(ex->comm->peer_pid[r], &l, 1, &rem, 1, 0);
+      if (got == (ssize_t)sizeof v) call = "process_vm_readv";
+    }
     if (got != (ssize_t)sizeof v || v != CMA_MAGIC) {
       why = got < 0 ? errno : EIO;
       who = r;
@@ -1362,8 +1379,9 @@ static kt_result cma_probe(kt__exec *ex) {
   for (int r = 0; r < s->n; r++) all = all && kt__shm_get_aux(ex, r, par) == 1;
   s->cma = all ? 1 : -1;
   if (why)
-    KT_INFO("rank %d: cannot read rank %d's memory (process_vm_readv: %s): large shared-memory ops copy "
-            "through the segment", kt__rank_label(ex->comm, s->me), kt__rank_label(ex->comm, who), strerror(why));
+    KT_INFO("rank %d: cannot reach rank %d's memory (%s: %s): large shared-memory ops copy "
+            "through the segment", kt__rank_label(ex->comm, s->me), kt__rank_label(ex->comm, who), call,
+            strerror(why));
   return KT_SUCCESS;
 }
 
@@ -1374,24 +1392,33 @@ kt_result kt__shm_cma_ok(kt__exec *ex, bool *ok) {
   return KT_SUCCESS;
 }
 
-kt_result kt__shm_cma_read(kt__exec *ex, int r, uint64_t addr, void *dst, size_t bytes) {
+/* Copy bytes between buf here and addr in rank r's address space. */
+static kt_result cma_copy(kt__exec *ex, int r, uint64_t addr, char *buf, size_t bytes, bool write) {
   struct kt_comm_s *c = ex->comm;
-  char *d = dst;
   while (bytes > 0) {
-    struct iovec l = {d, bytes}, rem = {(void *)(uintptr_t)addr, bytes};
-    ssize_t got = process_vm_readv(c->peer_pid[r], &l, 1, &rem, 1, 0);
+    struct iovec l = {buf, bytes}, rem = {(void *)(uintptr_t)addr, bytes};
+    ssize_t got = write ? process_vm_writev(c->peer_pid[r], &l, 1, &rem, 1, 0)
+                        : process_vm_readv(c->peer_pid[r], &l, 1, &rem, 1, 0);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
       int e = got < 0 ? errno : EIO;
       char who[128];
       kt__peer_desc(c, r, who, sizeof who);
-      return kt__err(e == ESRCH ? KT_ERR_PEER_FAILED : KT_ERR_SYSTEM,
-                     "rank %d: reading %zu bytes of %s's buffer (process_vm_readv): %s",
-                     kt__rank_label(c, c->rank), bytes, who, strerror(e));
+      return kt__err(e == ESRCH ? KT_ERR_PEER_FAILED : KT_ERR_SYSTEM, "rank %d: %s %zu bytes of %s's buffer (%s): %s",
+                     kt__rank_label(c, c->rank), write ? "writing" : "reading", bytes, who,
+                     write ? "process_vm_writev" : "process_vm_readv", strerror(e));
     }
-    d += got;
+    buf += got;
     addr += (uint64_t)got;
     bytes -= (size_t)got;
   }
   return KT_SUCCESS;
+}
+
+kt_result kt__shm_cma_read(kt__exec *ex, int r, uint64_t addr, void *dst, size_t bytes) {
+  return cma_copy(ex, r, addr, dst, bytes, false);
+}
+
+kt_result kt__shm_cma_write(kt__exec *ex, int r, uint64_t addr, const void *src, size_t bytes) {
+  return cma_copy(ex, r, addr, (char *)(uintptr_t)src, bytes, true);
 }

@@ -78,14 +78,19 @@ KT_INTERNAL kt_result kt__shm_ll_read(kt__exec *ex, int r, size_t off, void *dst
 /* Small per-iteration value published with the next post (alltoallv). */
 KT_INTERNAL void kt__shm_set_aux(kt__exec *ex, int par, uint64_t v);
 KT_INTERNAL uint64_t kt__shm_get_aux(kt__exec *ex, int r, int par);
+/* A second such value (the single-copy broadcast's share). */
+KT_INTERNAL void kt__shm_set_aux2(kt__exec *ex, int par, uint64_t v);
+KT_INTERNAL uint64_t kt__shm_get_aux2(kt__exec *ex, int r, int par);
 
-/* Single copy by the kernel (process_vm_readv), cma_shm.c. kt__shm_cma_ok
- * tells whether every rank can read every other's memory; the first call on
- * a communicator runs a probe of two iterations, so every rank must call it
- * at the same point of the same op. kt__shm_cma_read copies bytes at addr in
- * rank r's address space (published with kt__shm_set_aux) into dst. */
+/* Single copy by the kernel (process_vm_readv/writev), cma_shm.c.
+ * kt__shm_cma_ok tells whether every rank can read and write every other's
+ * memory; the first call on a communicator runs a probe of two iterations,
+ * so every rank must call it at the same point of the same op.
+ * kt__shm_cma_read copies bytes at addr in rank r's address space (published
+ * with kt__shm_set_aux) into dst; kt__shm_cma_write copies src there. */
 KT_INTERNAL kt_result kt__shm_cma_ok(kt__exec *ex, bool *ok);
 KT_INTERNAL kt_result kt__shm_cma_read(kt__exec *ex, int r, uint64_t addr, void *dst, size_t bytes);
+KT_INTERNAL kt_result kt__shm_cma_write(kt__exec *ex, int r, uint64_t addr, const void *src, size_t bytes);
 
 /* Single-copy allreduce (allreduce_shm_direct.c). After the op's first
  * kt__shm_iter_begin and before its first post: offer this rank's buffers

@@ -2,7 +2,8 @@
  * seccomp filter or Yama's ptrace_scope does in some deployments: installs a
  * seccomp filter that fails that system call with EPERM, then execs argv[1..].
  * With KT_NO_CMA_RANK=r it does so only when RANK is r (other ranks exec
- * directly), so one rank of a job refuses and the others do not. */
+ * directly), so one rank of a job refuses and the others do not. With
+ * KT_NO_CMA_CALL=writev it refuses process_vm_writev instead. */
 #include <errno.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
@@ -15,10 +16,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static int refuse_cma(void) {
+static int refuse_cma(long call) {
   struct sock_filter f[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)call, 0, 1),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
@@ -32,8 +33,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: no_cma PROGRAM [ARGS...]\n");
     return 2;
   }
-  const char *only = getenv("KT_NO_CMA_RANK"), *rank = getenv("RANK");
-  if ((!only || (rank && strcmp(only, rank) == 0)) && refuse_cma() != 0) {
+  const char *only = getenv("KT_NO_CMA_RANK"), *rank = getenv("RANK"), *which = getenv("KT_NO_CMA_CALL");
+  long call = which && strcmp(which, "writev") == 0 ? SYS_process_vm_writev : SYS_process_vm_readv;
+  if ((!only || (rank && strcmp(only, rank) == 0)) && refuse_cma(call) != 0) {
     perror("no_cma: seccomp");
     return 2;
   }

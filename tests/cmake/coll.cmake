@@ -116,45 +116,50 @@ endforeach()
 # The tuner's single-copy picks (docs/algorithms.md): broadcast of 2 MiB and
 # allgather of 1 MiB per rank run shm_cma where every rank has a CPU of its
 # own (2 ranks on 2 CPUs), and so do 64 KiB (32 KiB per rank of allgather
-# and scatter); below KAITIAN_SHM_CMA_BYTES (16 KiB; 8 KiB of
+# and scatter, and gather); below KAITIAN_SHM_CMA_BYTES (16 KiB; 8 KiB of
 # broadcast, 4 KiB per rank of the others) the region algorithm; and the
 # region algorithm where the host's ranks
 # outnumber its CPUs (the same 2 ranks confined to one CPU with taskset:
-# the tuner counts the CPUs the ranks may run on); scatter's pick does not
-# depend on that. Skipped (77) where fewer than 2 CPUs are allowed.
+# the tuner counts the CPUs the ranks may run on); scatter's and gather's
+# picks do not depend on that. Skipped (77) where fewer than 2 CPUs are allowed.
 add_test(NAME coll.tuner_cma_picks COMMAND sh -c [=[
 kt=$1; fail() { echo "TEST FAILED: $*"; exit 1; }
 [ "$(OMP_NUM_THREADS= OMP_THREAD_LIMIT= nproc)" -ge 2 ] || { echo "SKIP: fewer than 2 CPUs allowed"; exit 77; }
 command -v taskset >/dev/null || { echo "SKIP: no taskset"; exit 77; }
-picks() { KAITIAN_DEBUG=INFO $1 "$kt" run -n 2 "$kt" bench -C broadcast,allgather,scatter -b "$2" -e "$2" -n 1 -w 0 2>&1; }
+picks() { KAITIAN_DEBUG=INFO $1 "$kt" run -n 2 "$kt" bench -C broadcast,allgather,scatter,gather -b "$2" -e "$2" -n 1 -w 0 2>&1; }
 for size in 2M 64K; do
   out=$(picks "" $size) || fail "2 ranks: $out"
-  for c in broadcast allgather scatter; do
+  for c in broadcast allgather scatter gather; do
     printf '%s\n' "$out" | grep -q "rank 0/2: $c runs algorithm shm_cma " || fail "2 ranks, $size: $c did not pick shm_cma: $(printf '%s\n' "$out" | grep 'runs algorithm')"
   done
 done
 out=$(picks "" 8K) || fail "2 ranks: $out"
-for c in broadcast allgather scatter; do
+for c in broadcast allgather scatter gather; do
   printf '%s\n' "$out" | grep -q "rank 0/2: $c runs algorithm shm " || fail "2 ranks, 8 KiB: $c did not pick shm: $(printf '%s\n' "$out" | grep 'runs algorithm')"
 done
 out=$(picks "taskset -c 0" 2M) || fail "2 ranks on one CPU: $out"
 for c in broadcast allgather; do
   printf '%s\n' "$out" | grep -q "rank 0/2: $c runs algorithm shm " || fail "2 ranks on one CPU: $c did not pick shm: $(printf '%s\n' "$out" | grep 'runs algorithm')"
 done
-printf '%s\n' "$out" | grep -q "rank 0/2: scatter runs algorithm shm_cma " || fail "2 ranks on one CPU: scatter did not pick shm_cma"
+for c in scatter gather; do
+  printf '%s\n' "$out" | grep -q "rank 0/2: $c runs algorithm shm_cma " || fail "2 ranks on one CPU: $c did not pick shm_cma"
+done
 echo PASS]=] sh ${KT_CLI})
 set_tests_properties(coll.tuner_cma_picks PROPERTIES TIMEOUT 300 LABELS "coll" PROCESSORS 2 SKIP_RETURN_CODE 77
   ENVIRONMENT "KAITIAN_TIMEOUT=60000")
 
 # Single copy refused by the kernel on one rank (a seccomp filter makes its
-# process_vm_readv fail with EPERM): the probe's verdict sends every rank to
-# the region algorithms, results stay right, and the rank says why at INFO.
+# process_vm_readv, or its process_vm_writev, fail with EPERM): the probe's
+# verdict sends every rank to the region algorithms, results stay right, and
+# the rank says why at INFO.
 kt_add_test_exe(no_cma ${KT_TEST_DIR}/c/no_cma.c)
-add_test(NAME coll.np3.shm_cma_refused
-  COMMAND sh -c "out=$(\"$0\" run -n 3 \"$1\" \"$2\" --coll broadcast,scatter,gather,allgather,alltoall --quick 2>&1); rc=$?; printf '%s\\n' \"$out\"; [ $rc -eq 0 ] || exit 1; printf '%s\\n' \"$out\" | grep -q 'rank 1: cannot read rank 0.s memory (process_vm_readv: Operation not permitted)' || { echo 'FAIL: no line saying why rank 1 cannot use single copy'; exit 1; }; printf '%s\\n' \"$out\" | grep -q 'runs algorithm shm_cma' || { echo 'FAIL: shm_cma did not run'; exit 1; }"
-    ${KT_CLI} $<TARGET_FILE:no_cma> $<TARGET_FILE:coll_test>)
-set_tests_properties(coll.np3.shm_cma_refused PROPERTIES TIMEOUT 300 LABELS "coll" PROCESSORS 2
-  ENVIRONMENT "KT_NO_CMA_RANK=1;KAITIAN_DEBUG=INFO;KAITIAN_TIMEOUT=60000;KAITIAN_ALGO=broadcast=shm_cma,scatter=shm_cma,gather=shm_cma,allgather=shm_cma,alltoall=shm_cma")
+foreach(call readv writev)
+  add_test(NAME coll.np3.shm_cma_refused_${call}
+    COMMAND sh -c "out=$(\"$0\" run -n 3 \"$1\" \"$2\" --coll broadcast,scatter,gather,allgather,alltoall --quick 2>&1); rc=$?; printf '%s\\n' \"$out\"; [ $rc -eq 0 ] || exit 1; printf '%s\\n' \"$out\" | grep -q 'rank 1: cannot reach rank 0.s memory (process_vm_'\"$3\"': Operation not permitted)' || { echo 'FAIL: no line saying why rank 1 cannot use single copy'; exit 1; }; printf '%s\\n' \"$out\" | grep -q 'runs algorithm shm_cma' || { echo 'FAIL: shm_cma did not run'; exit 1; }"
+      ${KT_CLI} $<TARGET_FILE:no_cma> $<TARGET_FILE:coll_test> ${call})
+  set_tests_properties(coll.np3.shm_cma_refused_${call} PROPERTIES TIMEOUT 300 LABELS "coll" PROCESSORS 2
+    ENVIRONMENT "KT_NO_CMA_RANK=1;KT_NO_CMA_CALL=${call};KAITIAN_DEBUG=INFO;KAITIAN_TIMEOUT=60000;KAITIAN_ALGO=broadcast=shm_cma,scatter=shm_cma,gather=shm_cma,allgather=shm_cma,alltoall=shm_cma")
+endforeach()
 
 # Halving-doubling where the forced runs above do not reach: 6 and 7 ranks
 # (two and three pairs fold in and out), and chunks of 1001 bytes with tiny
