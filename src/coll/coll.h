@@ -42,6 +42,7 @@ KT_INTERNAL kt_result kt__broadcast_shm_ll(kt__exec *ex);
 KT_INTERNAL kt_result kt__allgather_shm_ll(kt__exec *ex);
 KT_INTERNAL kt_result kt__gather_shm_ll(kt__exec *ex);
 KT_INTERNAL kt_result kt__scatter_shm_ll(kt__exec *ex);
+KT_INTERNAL kt_result kt__reduce_scatter_shm_ll(kt__exec *ex);
 KT_INTERNAL kt_result kt__broadcast_shm_cma(kt__exec *ex);
 KT_INTERNAL kt_result kt__scatter_shm_cma(kt__exec *ex);
 KT_INTERNAL kt_result kt__gather_shm_cma(kt__exec *ex);

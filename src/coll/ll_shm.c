@@ -8,7 +8,7 @@
  * their lines are written.
  *
  * All ranks on one host; payload per rank up to kt__shm_ll_max() bytes
- * (872; scatter: the root's whole send buffer), chosen by the tuner up to
+ * (872; scatter and reduce_scatter: the whole send buffer), chosen by the tuner up to
  * KAITIAN_SHM_LL_BYTES per rank. Reductions run in rank order on every rank,
  * so every rank gets bit-identical results. */
 #include "coll.h"
@@ -51,6 +51,39 @@ kt_result kt__reduce_shm_ll(kt__exec *ex) {
   KT_CHECK(kt__shm_ll_post(ex, op->sendbuf, bytes));
   KT_CHECK(kt__shm_ll_wait(ex, is_root ? -1 : c->rank));
   return bytes && is_root ? reduce_all(ex, n, bytes) : KT_SUCCESS;
+}
+
+/* Every rank posts the blocks of its input that the others reduce (all but
+ * its own, in rank order; the tuner keeps them within the lines) and
+ * reduces its own block, in rank order. */
+kt_result kt__reduce_scatter_shm_ll(kt__exec *ex) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm;
+  int me = c->rank;
+  size_t n = op->count, bytes = n * kt_dtype_size(op->dtype);
+  const char *in = op->sendbuf;
+  _Alignas(64) unsigned char others[1024], own[1024], tmp[1024];
+  if (bytes * (size_t)(c->size - 1) > sizeof others)
+    return kt__err(KT_ERR_INTERNAL, "reduce_scatter of %zu bytes per rank does not fit the small-message lines", bytes);
+  kt__shm_op_begin(ex);
+  if (bytes) { /* (in place, recvbuf is block me of the input) */
+    memcpy(own, in + (size_t)me * bytes, bytes);
+    memcpy(others, in, (size_t)me * bytes);
+    memcpy(others + (size_t)me * bytes, in + (size_t)(me + 1) * bytes, (size_t)(c->size - 1 - me) * bytes);
+  }
+  KT_CHECK(kt__shm_ll_post(ex, others, bytes * (size_t)(c->size - 1)));
+  KT_CHECK(kt__shm_ll_wait(ex, -1));
+  if (!bytes) return KT_SUCCESS;
+  kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
+  /* Rank r's copy of block me: its input's, or where r posted it. */
+  for (int r = 0; r < c->size; r++) {
+    char *dst = r == 0 ? op->recvbuf : (char *)tmp;
+    if (r == me) memcpy(dst, own, bytes);
+    else KT_CHECK(kt__shm_ll_read(ex, r, (size_t)(me < r ? me : me - 1) * bytes, dst, bytes));
+    if (r > 0) reduce(op->recvbuf, op->recvbuf, tmp, n);
+  }
+  kt__op_finalize(op, op->recvbuf, n, c->size);
+  return KT_SUCCESS;
 }
 
 kt_result kt__broadcast_shm_ll(kt__exec *ex) {

@@ -55,6 +55,7 @@ static const algo algos[] = {
     {KT_COLL_ALLGATHERV, "shm", kt__allgatherv_shm, SHM},
     {KT_COLL_ALLGATHERV, "hierarchical", kt__allgatherv_hierarchical, HIER},
     {KT_COLL_REDUCE_SCATTER, "ring", kt__reduce_scatter_ring, ANY},
+    {KT_COLL_REDUCE_SCATTER, "shm_ll", kt__reduce_scatter_shm_ll, SHM_LL},
     {KT_COLL_REDUCE_SCATTER, "shm", kt__reduce_scatter_shm, SHM},
     {KT_COLL_REDUCE_SCATTER, "hierarchical", kt__reduce_scatter_hierarchical, HIER},
     {KT_COLL_GATHER, "linear", kt__gather_linear, ANY},
@@ -161,13 +162,15 @@ static int ceil_log2(int p) {
 }
 
 /* Each rank's payload fits the small-message lines (allgather and gather:
- * its block; scatter: the root's every block; barrier: none). The
- * hierarchy's uneven gathers stay with shm. */
+ * its block; scatter: the root's every block; reduce_scatter: every block
+ * of each rank's input; barrier: none). The hierarchy's uneven gathers and
+ * reduce-scatters stay with shm. */
 static bool ll_fits(const struct kt_comm_s *c, const kt__op *op) {
   if (op->coll == KT_COLL_BARRIER) return true;
   if (op->counts) return false;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
-  if (op->coll == KT_COLL_SCATTER) return bytes <= kt__shm_ll_max() / (size_t)c->size;
+  if (op->coll == KT_COLL_SCATTER || op->coll == KT_COLL_REDUCE_SCATTER)
+    return bytes <= kt__shm_ll_max() / (size_t)c->size;
   return bytes <= kt__shm_ll_max();
 }
 
@@ -213,11 +216,11 @@ static bool ll_set;
 static int64_t cma_bytes, reduce_oneshot_bytes; /* KAITIAN_SHM_CMA_BYTES, KAITIAN_SHM_REDUCE_ONESHOT_BYTES */
 
 /* Unset, KAITIAN_SHM_LL_BYTES is every line (872 bytes) for every
- * collective, except allreduce where the host's ranks outnumber its CPUs:
- * there it is two lines (64 bytes), since an allreduce waits for every
- * peer's lines and with ranks descheduled the region algorithm's one post
- * per rank did better (docs/algorithms.md). */
-#define LL_OVERSUBSCRIBED_ALLREDUCE 64
+ * collective, except allreduce and reduce_scatter where the host's ranks
+ * outnumber its CPUs: there it is two lines (64 bytes), since every rank
+ * waits for every peer's lines and with ranks descheduled the region
+ * algorithm's one post per rank did better (docs/algorithms.md). */
+#define LL_OVERSUBSCRIBED 64
 
 static void init_ll_bytes(void) {
   int64_t v = kt__param_SHM_LL_BYTES();
@@ -226,7 +229,8 @@ static void init_ll_bytes(void) {
 }
 
 static int64_t ll_limit(struct kt_comm_s *c, const kt__op *op) {
-  if (!ll_set && op->coll == KT_COLL_ALLREDUCE && kt__shm_oversubscribed(c)) return LL_OVERSUBSCRIBED_ALLREDUCE;
+  if (!ll_set && (op->coll == KT_COLL_ALLREDUCE || op->coll == KT_COLL_REDUCE_SCATTER) && kt__shm_oversubscribed(c))
+    return LL_OVERSUBSCRIBED;
   return ll_bytes;
 }
 
@@ -307,7 +311,8 @@ static void init_ll_cut(struct kt_comm_s *c) {
     kt__op probe = {.coll = (kt__coll)cl, .dtype = KT_UINT8};
     int64_t ll = ll_limit(c, &probe);
     if (ll <= 0) continue;
-    int64_t fits = (int64_t)kt__shm_ll_max() / (cl == KT_COLL_SCATTER ? c->size : 1);
+    bool whole = cl == KT_COLL_SCATTER || cl == KT_COLL_REDUCE_SCATTER; /* every block in the lines */
+    int64_t fits = (int64_t)kt__shm_ll_max() / (whole ? c->size : 1);
     c->ll_cut[cl] = cl == KT_COLL_BARRIER ? 0 : KT_MIN(ll, fits);
   }
   c->ll_cut_set = true;

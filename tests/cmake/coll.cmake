@@ -94,12 +94,12 @@ foreach(np 2 3 4 5)
 endforeach()
 
 # The small-message protocol forced, at a count that spans several of its
-# lines (11 elements: up to 88 bytes per rank, 704 in allgather's output at
-# 8 ranks), every dtype and op. (The tuner's runs use it for counts 0 and 1,
-# which fit line 0 alone.)
+# lines (11 elements: up to 88 bytes per rank, 704 in allgather's output and
+# reduce_scatter's input at 8 ranks), every dtype and op. (The tuner's runs
+# use it too, wherever a count's bytes fit.)
 foreach(np 2 3 5 8)
   kt_coll_test(coll.np${np}.shm_ll ${np} 300 "KAITIAN_ALGO=shm_ll"
-    --coll allreduce,broadcast,reduce,allgather,gather,scatter,barrier --count 11)
+    --coll allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter,barrier --count 11)
 endforeach()
 
 # Results written with non-temporal stores (KAITIAN_SHM_STREAM_BYTES=1: every
