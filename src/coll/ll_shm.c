@@ -8,7 +8,7 @@
  * their lines are written.
  *
  * All ranks on one host; payload per rank up to kt__shm_ll_max() bytes
- * (872; scatter and reduce_scatter: the whole send buffer), chosen by the tuner up to
+ * (4456; scatter and reduce_scatter: the whole send buffer), chosen by the tuner up to
  * KAITIAN_SHM_LL_BYTES per rank. Reductions run in rank order on every rank,
  * so every rank gets bit-identical results. */
 #include "coll.h"
@@ -22,7 +22,7 @@
  * recvbuf; this rank's own is in its lines too. */
 static kt_result reduce_all(kt__exec *ex, size_t n, size_t bytes) {
   const kt__op *op = ex->op;
-  _Alignas(64) unsigned char tmp[1024];
+  _Alignas(64) unsigned char tmp[KT_SHM_LL_MAX];
   kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
   KT_CHECK(kt__shm_ll_read(ex, 0, 0, op->recvbuf, bytes));
   for (int r = 1; r < ex->comm->size; r++) {
@@ -62,7 +62,7 @@ kt_result kt__reduce_scatter_shm_ll(kt__exec *ex) {
   int me = c->rank;
   size_t n = op->count, bytes = n * kt_dtype_size(op->dtype);
   const char *in = op->sendbuf;
-  _Alignas(64) unsigned char others[1024], own[1024], tmp[1024];
+  _Alignas(64) unsigned char others[KT_SHM_LL_MAX], own[KT_SHM_LL_MAX], tmp[KT_SHM_LL_MAX];
   if (bytes * (size_t)(c->size - 1) > sizeof others)
     return kt__err(KT_ERR_INTERNAL, "reduce_scatter of %zu bytes per rank does not fit the small-message lines", bytes);
   kt__shm_op_begin(ex);

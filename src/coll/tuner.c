@@ -211,27 +211,34 @@ static const char *const pick_names[NPICKS] = {"shm_ll",           "shm_oneshot"
 static int pick_idx[KT_COLL_COUNT][NPICKS]; /* -1: the collective has none of that name */
 
 /* Once per process, before the first pick: KAITIAN_ALGO and pick_idx. */
-static int64_t ll_bytes; /* KAITIAN_SHM_LL_BYTES */
+static int64_t ll_bytes[KT_COLL_COUNT]; /* KAITIAN_SHM_LL_BYTES, or the default per collective */
 static bool ll_set;
 static int64_t cma_bytes, reduce_oneshot_bytes; /* KAITIAN_SHM_CMA_BYTES, KAITIAN_SHM_REDUCE_ONESHOT_BYTES */
 
-/* Unset, KAITIAN_SHM_LL_BYTES is every line (872 bytes) for every
- * collective, except allreduce and reduce_scatter where the host's ranks
- * outnumber its CPUs: there it is two lines (64 bytes), since every rank
- * waits for every peer's lines and with ranks descheduled the region
- * algorithm's one post per rank did better (docs/algorithms.md). */
+/* Unset, KAITIAN_SHM_LL_BYTES depends on the collective (docs/algorithms.md):
+ * where some ranks only send (broadcast, scatter: every line; reduce,
+ * gather: 2 KiB per rank) the protocol beat the region algorithms further
+ * than where every rank waits for every other (allreduce, allgather,
+ * reduce_scatter: 872 bytes, and 64 for allreduce and reduce_scatter where
+ * the host's ranks outnumber its CPUs, since with ranks descheduled the
+ * region algorithm's one post per rank did better). */
+#define LL_ALL_TO_ALL 872
+#define LL_ROOTED_REDUCE 2048
 #define LL_OVERSUBSCRIBED 64
 
 static void init_ll_bytes(void) {
   int64_t v = kt__param_SHM_LL_BYTES();
   ll_set = kt__param_set_SHM_LL_BYTES();
-  ll_bytes = ll_set ? v : (int64_t)kt__shm_ll_max();
+  for (int cl = 0; cl < KT_COLL_COUNT; cl++) ll_bytes[cl] = ll_set ? v : LL_ALL_TO_ALL;
+  if (ll_set) return;
+  ll_bytes[KT_COLL_BROADCAST] = ll_bytes[KT_COLL_SCATTER] = (int64_t)kt__shm_ll_max();
+  ll_bytes[KT_COLL_REDUCE] = ll_bytes[KT_COLL_GATHER] = LL_ROOTED_REDUCE;
 }
 
 static int64_t ll_limit(struct kt_comm_s *c, const kt__op *op) {
   if (!ll_set && (op->coll == KT_COLL_ALLREDUCE || op->coll == KT_COLL_REDUCE_SCATTER) && kt__shm_oversubscribed(c))
     return LL_OVERSUBSCRIBED;
-  return ll_bytes;
+  return ll_bytes[op->coll];
 }
 
 static void init_tuner(void) {

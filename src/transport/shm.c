@@ -24,13 +24,14 @@
 #define SHM_MAGIC 0x324d48535454424bull /* "KBTTSHM2" */
 #define SHM_HDR_BYTES 4096
 #define SHM_SLOT_MAIN 512 /* shm_slot; then the rank's small-message lines */
-#define SHM_LL_LINES 16   /* per small-message slot: 32 + 15 x 56 = 872 bytes of payload */
+#define SHM_LL_LINES KT_SHM_LL_LINES /* per small-message slot (shm.h) */
 #define SHM_LL_SLOTS 64   /* small-message slots per rank: op k uses slot k mod 64 */
 #define SHM_LL_AHEAD 32   /* op k is written once every peer has written op k - 32 */
-/* Slots are 2560 bytes apart modulo 4096, as when they held 2 x 16 lines:
- * at 8704 (512 modulo 4096) a shm broadcast of 512 B at 2 ranks took 0.40 us
+/* Slots are 2560 bytes apart modulo 4096 (the lines take whole pages): at
+ * 8704 (512 modulo 4096) a shm broadcast of 512 B at 2 ranks took 0.40 us
  * against 0.34-0.36 (interleaved runs); the 2 KiB of padding restore it. */
 #define SHM_SLOT_PAD 2048
+_Static_assert(SHM_LL_SLOTS * SHM_LL_LINES * 64 % 4096 == 0, "small-message lines in whole pages");
 #define SHM_SLOT_BYTES (SHM_SLOT_MAIN + SHM_LL_SLOTS * SHM_LL_LINES * 64 + SHM_SLOT_PAD)
 #define SHM_MAPS 4 /* peers' registered buffers kept mapped, per peer */
 #define SHM_LIVENESS_NS 100000000 /* check pids and sockets every 100 ms asleep */
@@ -104,6 +105,7 @@ _Static_assert(sizeof(ll_line) == 64, "one cache line");
 _Static_assert(sizeof(kt__sig) == 24, "the signature fills line 0's first 24 bytes");
 #define LL_FIRST 32 /* payload bytes in line 0 */
 #define LL_MAX_BYTES (LL_FIRST + (SHM_LL_LINES - 1) * 56)
+_Static_assert(LL_MAX_BYTES == KT_SHM_LL_MAX, "small-message payload");
 _Static_assert(offsetof(shm_slot, sigs) + sizeof(sig[2]) <= 64, "step and signatures in one cache line");
 /* A slot is rewritten SHM_LL_SLOTS ops later; its op's signatures are
  * compared SHM_LL_AHEAD ops later, before any peer can rewrite it. */
@@ -168,8 +170,8 @@ static shm_slot *slot(const kt__shm *s, int r) { return slot_at(s->base, r); }
 
 /* Rank r's small-message line i of slot k (op k mod SHM_LL_SLOTS). The
  * slots' lines 0, which every small op writes, are adjacent: a rank that runs
- * ops ahead streams through consecutive lines. With a slot's 16 lines back
- * to back, the lines 0 of 64 slots, 1 KiB apart, fall in a few sets of a
+ * ops ahead streams through consecutive lines. With a slot's lines back
+ * to back (16 of them), the lines 0 of 64 slots, 1 KiB apart, fall in a few sets of a
  * cache: 2 ranks' 8 B reduce took 0.64 us against 0.41 with 8 slots. Each
  * slot's other lines follow all the lines 0, contiguous per slot (one line
  * apart per op, they would be 4 KiB apart and share a set). */

@@ -71,6 +71,8 @@ KT_INTERNAL kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_
  * moves. A rank waits only for what it reads and may run a few small ops
  * ahead of the others (shm.c says how far, and when the other signatures
  * are compared). */
+#define KT_SHM_LL_LINES 80 /* lines per small-message slot */
+#define KT_SHM_LL_MAX (32 + (KT_SHM_LL_LINES - 1) * 56) /* payload bytes: line 0 holds 32, the others 56 */
 KT_INTERNAL size_t kt__shm_ll_max(void);
 KT_INTERNAL kt_result kt__shm_ll_post(kt__exec *ex, const void *payload, size_t bytes);
 KT_INTERNAL kt_result kt__shm_ll_wait(kt__exec *ex, int r);

@@ -101,6 +101,13 @@ foreach(np 2 3 5 8)
   kt_coll_test(coll.np${np}.shm_ll ${np} 300 "KAITIAN_ALGO=shm_ll"
     --coll allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter,barrier --count 11)
 endforeach()
+# Every line of a slot: 185 elements (1480 bytes of float64 per rank; 4440
+# in scatter's and reduce_scatter's input at 3 ranks, near the protocol's
+# 4456).
+foreach(np 2 3)
+  kt_coll_test(coll.np${np}.shm_ll_lines ${np} 300 "KAITIAN_ALGO=shm_ll"
+    --coll allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter --count 185)
+endforeach()
 
 # Results written with non-temporal stores (KAITIAN_SHM_STREAM_BYTES=1: every
 # size, so odd lengths and addresses reach the copy's unaligned head and

@@ -1,5 +1,5 @@
 #!/bin/sh
-# shm_groups.sh - a torch job in a small /dev/shm (24 MiB, a private tmpfs in
+# shm_groups.sh - a torch job in a small /dev/shm (30 MiB, a private tmpfs in
 # a mount namespace): its process group makes three communicators and a
 # new_group three more, several of whose segments shrink to fit. (Each takes
 # up to 3/4 of what is free when it is made, less the room the job's earlier
@@ -32,8 +32,8 @@ assert torch.all(inp == float((r - 1) % n))
 dist.destroy_process_group()
 print("PASS groups rank", r)
 PYEOF
-with_shm 24m env KAITIAN_DEBUG=INFO "$KT" run -n 2 "$PY" "$TMP/groups.py" >"$TMP/out" 2>"$TMP/err"
-expect_rc 0 $? "a torch job with a new_group in a 24 MiB /dev/shm: $(tail -5 "$TMP/err")"
+with_shm 30m env KAITIAN_DEBUG=INFO "$KT" run -n 2 "$PY" "$TMP/groups.py" >"$TMP/out" 2>"$TMP/err"
+expect_rc 0 $? "a torch job with a new_group in a 30 MiB /dev/shm: $(tail -5 "$TMP/err")"
 [ "$(grep -c 'PASS groups' "$TMP/out")" = 2 ] || fail "not every rank passed: $(cat "$TMP/out")"
 shrunk=$(grep -c 'too little for the shared memory of 2 ranks with the default sizes' "$TMP/err")
 warned=$(grep 'too little for the shared memory of 2 ranks with the default sizes' "$TMP/err" | grep -c 'KAITIAN WARN')
