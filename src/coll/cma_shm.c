@@ -41,6 +41,31 @@ static kt_result publish(kt__exec *ex, const void *buf, int *par, uint64_t *step
   return KT_SUCCESS;
 }
 
+/* A buffer that peers will write is offered with a permit tied to the post
+ * that publishes it; a writer checks it first. A rank that runs another
+ * algorithm for the same op (KAITIAN_ALGO or KAITIAN_SHM_CMA_BYTES set
+ * differently on some ranks: the ops' signatures still match) offers none,
+ * and its memory is left alone. */
+#define CMA_PERMIT 0x4b5457524954454dull
+static uint64_t permit(uint64_t step) { return CMA_PERMIT ^ step; }
+
+static kt_result publish_writable(kt__exec *ex, void *buf, int *par, uint64_t *step) {
+  KT_CHECK(kt__shm_iter_begin(ex, par));
+  kt__shm_set_aux(ex, *par, addr_of(buf));
+  kt__shm_set_aux2(ex, *par, permit(kt__shm_next_step(ex)));
+  *step = kt__shm_post(ex);
+  return KT_SUCCESS;
+}
+
+static kt_result check_permit(kt__exec *ex, int r, int par, uint64_t step) {
+  struct kt_comm_s *c = ex->comm;
+  if (kt__shm_get_aux2(ex, r, par) == permit(step)) return KT_SUCCESS;
+  return kt__err(KT_ERR_MISMATCH,
+                 "rank %d: rank %d does not run the single-copy %s with it (its buffer was not offered for "
+                 "writing): do KAITIAN_ALGO or KAITIAN_SHM_CMA_BYTES differ between the ranks?",
+                 kt__rank_label(c, c->rank), kt__rank_label(c, r), kt__coll_name(ex->op->coll));
+}
+
 /* Block r of out (bytes each) from byte `from` of rank r's published buffer;
  * this rank's own from own. */
 static kt_result read_blocks(kt__exec *ex, int par, uint64_t from, const char *own, size_t bytes) {
@@ -82,14 +107,16 @@ kt_result kt__broadcast_shm_cma(kt__exec *ex) {
     if (!in_place && bytes) memcpy(op->recvbuf, op->sendbuf, bytes);
     if (tail) {
       KT_CHECK(kt__shm_wait(ex, -1, step)); /* every reader's buffer published */
-      for (int r = 0; r < c->size; r++)
-        if (r != me)
-          KT_CHECK(kt__shm_cma_write(ex, r, kt__shm_get_aux(ex, r, par) + (bytes - tail),
-                                     (const char *)op->sendbuf + (bytes - tail), tail));
+      for (int r = 0; r < c->size; r++) {
+        if (r == me) continue;
+        KT_CHECK(check_permit(ex, r, par, step));
+        KT_CHECK(kt__shm_cma_write(ex, r, kt__shm_get_aux(ex, r, par) + (bytes - tail),
+                                   (const char *)op->sendbuf + (bytes - tail), tail));
+      }
     }
     return kt__shm_wait(ex, -1, kt__shm_post(ex)); /* every reader done, and they wait for this post */
   }
-  KT_CHECK(publish(ex, op->recvbuf, &par, &step));
+  KT_CHECK(publish_writable(ex, op->recvbuf, &par, &step));
   KT_CHECK(kt__shm_wait(ex, root, step));
   size_t tail = (size_t)kt__shm_get_aux2(ex, root, par);
   KT_CHECK(kt__shm_cma_read(ex, root, kt__shm_get_aux(ex, root, par), op->recvbuf, bytes - tail));
@@ -129,9 +156,11 @@ kt_result kt__gather_shm_cma(kt__exec *ex) {
   if (res != KT_SUCCESS || done) return res;
   int par;
   uint64_t step;
-  KT_CHECK(publish(ex, me == root ? op->recvbuf : NULL, &par, &step));
+  if (me == root) KT_CHECK(publish_writable(ex, op->recvbuf, &par, &step));
+  else KT_CHECK(publish(ex, NULL, &par, &step));
   if (me != root) {
     KT_CHECK(kt__shm_wait(ex, root, step)); /* its buffer published */
+    KT_CHECK(check_permit(ex, root, par, step));
     KT_CHECK(kt__shm_cma_write(ex, root, kt__shm_get_aux(ex, root, par) + (uint64_t)me * bytes, op->sendbuf, bytes));
     kt__shm_post(ex);
     return KT_SUCCESS;

@@ -8,7 +8,8 @@
  * their lines are written.
  *
  * All ranks on one host; payload per rank up to kt__shm_ll_max() bytes
- * (4456; scatter and reduce_scatter: the whole send buffer), chosen by the tuner up to
+ * (4456; scatter and reduce_scatter: the whole send buffer, of which
+ * reduce_scatter posts all blocks but its own), chosen by the tuner up to
  * KAITIAN_SHM_LL_BYTES per rank. Reductions run in rank order on every rank,
  * so every rank gets bit-identical results. */
 #include "coll.h"

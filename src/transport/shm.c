@@ -170,9 +170,10 @@ static shm_slot *slot(const kt__shm *s, int r) { return slot_at(s->base, r); }
 
 /* Rank r's small-message line i of slot k (op k mod SHM_LL_SLOTS). The
  * slots' lines 0, which every small op writes, are adjacent: a rank that runs
- * ops ahead streams through consecutive lines. With a slot's lines back
- * to back (16 of them), the lines 0 of 64 slots, 1 KiB apart, fall in a few sets of a
- * cache: 2 ranks' 8 B reduce took 0.64 us against 0.41 with 8 slots. Each
+ * ops ahead streams through consecutive lines. With a slot's lines back to
+ * back (when it had 16), the lines 0 of 64 slots, 1 KiB apart, fell in a
+ * few sets of a cache: 2 ranks' 8 B reduce took 0.64 us against 0.41 with 8
+ * slots. Each
  * slot's other lines follow all the lines 0, contiguous per slot (one line
  * apart per op, they would be 4 KiB apart and share a set). */
 static ll_line *ll_at(const kt__shm *s, int r, int k, int i) {
@@ -667,6 +668,8 @@ void kt__shm_op_begin(kt__exec *ex) {
   kt__op_sig(ex->op, s->n, &s->cur);
   s->sig_checked = false;
 }
+
+uint64_t kt__shm_next_step(kt__exec *ex) { return ex->comm->shm->step + 1; }
 
 uint64_t kt__shm_post(kt__exec *ex) {
   kt__shm *s = ex->comm->shm;
@@ -1339,7 +1342,7 @@ kt_result kt__shm_ll_read(kt__exec *ex, int r, size_t off, void *dst, size_t byt
   return KT_SUCCESS;
 }
 
-/* ---- single copy by the kernel: process_vm_readv ---------------------------- */
+/* ---- single copy by the kernel: process_vm_readv/writev ---------------------- */
 
 #define CMA_MAGIC 0x414d43544b54424bull /* "KBTKTCMA" */
 
@@ -1352,7 +1355,10 @@ kt_result kt__shm_ll_read(kt__exec *ex, int r, size_t off, void *dst, size_t byt
  * algorithms. */
 static kt_result cma_probe(kt__exec *ex) {
   kt__shm *s = ex->comm->shm;
-  uint64_t box = CMA_MAGIC; /* read and rewritten by the peers until the second iteration's wait */
+  /* Read and rewritten (with the same value) by the peers: static, so that
+   * a peer still at it when this rank leaves the probe early (an error)
+   * writes into memory that stays this word. */
+  static uint64_t box = CMA_MAGIC;
   int par;
   KT_CHECK(kt__shm_iter_begin(ex, &par));
   kt__shm_set_aux(ex, par, (uint64_t)(uintptr_t)&box);

@@ -80,7 +80,9 @@ KT_INTERNAL kt_result kt__shm_ll_read(kt__exec *ex, int r, size_t off, void *dst
 /* Small per-iteration value published with the next post (alltoallv). */
 KT_INTERNAL void kt__shm_set_aux(kt__exec *ex, int par, uint64_t v);
 KT_INTERNAL uint64_t kt__shm_get_aux(kt__exec *ex, int r, int par);
-/* A second such value (the single-copy broadcast's share). */
+/* A second such value (the single-copy algorithms: the broadcast's share,
+ * a permit to write). kt__shm_next_step: the step the next post publishes. */
+KT_INTERNAL uint64_t kt__shm_next_step(kt__exec *ex);
 KT_INTERNAL void kt__shm_set_aux2(kt__exec *ex, int par, uint64_t v);
 KT_INTERNAL uint64_t kt__shm_get_aux2(kt__exec *ex, int r, int par);
 

@@ -101,13 +101,17 @@ foreach(np 2 3 5 8)
   kt_coll_test(coll.np${np}.shm_ll ${np} 300 "KAITIAN_ALGO=shm_ll"
     --coll allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter,barrier --count 11)
 endforeach()
-# Every line of a slot: 185 elements (1480 bytes of float64 per rank; 4440
-# in scatter's and reduce_scatter's input at 3 ranks, near the protocol's
-# 4456).
+# Many lines of a slot: 185 elements (1480 bytes of float64 per rank; 4440,
+# every line, in scatter's and reduce_scatter's input at 3 ranks, near the
+# protocol's 4456).
 foreach(np 2 3)
   kt_coll_test(coll.np${np}.shm_ll_lines ${np} 300 "KAITIAN_ALGO=shm_ll"
     --coll allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter --count 185)
 endforeach()
+# ... and 556 (4448 bytes of float64 per rank) for the collectives whose
+# per-rank payload is the whole of it.
+kt_coll_test(coll.np2.shm_ll_full 2 300 "KAITIAN_ALGO=shm_ll"
+  --coll allreduce,broadcast,reduce,allgather,gather --count 556)
 
 # Results written with non-temporal stores (KAITIAN_SHM_STREAM_BYTES=1: every
 # size, so odd lengths and addresses reach the copy's unaligned head and
@@ -154,6 +158,15 @@ done
 echo PASS]=] sh ${KT_CLI})
 set_tests_properties(coll.tuner_cma_picks PROPERTIES TIMEOUT 300 LABELS "coll" PROCESSORS 2 SKIP_RETURN_CODE 77
   ENVIRONMENT "KAITIAN_TIMEOUT=60000")
+
+# Ranks that disagree on the algorithm (tests/c/cma_permit.c): the
+# single-copy broadcast's root, in place, would write into rank 1's buffer,
+# which rank 1 (running the region broadcast) did not offer; the root
+# refuses, naming rank 1, instead of writing at a stale address.
+kt_add_test_exe(cma_permit ${KT_TEST_DIR}/c/cma_permit.c)
+add_test(NAME coll.np2.shm_cma_permit COMMAND ${KT_CLI} run -n 2 $<TARGET_FILE:cma_permit>)
+set_tests_properties(coll.np2.shm_cma_permit PROPERTIES TIMEOUT 120 LABELS "coll" PROCESSORS 2
+  ENVIRONMENT "KAITIAN_TIMEOUT=5000")
 
 # Single copy refused by the kernel on one rank (a seccomp filter makes its
 # process_vm_readv, or its process_vm_writev, fail with EPERM): the probe's
