@@ -33,10 +33,12 @@ static kt_result begin(kt__exec *ex, kt__algo_fn region, bool *done) {
   return ok ? KT_SUCCESS : region(ex);
 }
 
-/* Publish this rank's buffer (NULL: none) and post; returns the post's step. */
-static kt_result publish(kt__exec *ex, const void *buf, int *par, uint64_t *step) {
+/* Publish this rank's buffer (NULL: none) and a second word (aux2) and
+ * post; returns the post's step. */
+static kt_result publish(kt__exec *ex, const void *buf, uint64_t aux2, int *par, uint64_t *step) {
   KT_CHECK(kt__shm_iter_begin(ex, par));
   kt__shm_set_aux(ex, *par, addr_of(buf));
+  kt__shm_set_aux2(ex, *par, aux2);
   *step = kt__shm_post(ex);
   return KT_SUCCESS;
 }
@@ -50,11 +52,7 @@ static kt_result publish(kt__exec *ex, const void *buf, int *par, uint64_t *step
 static uint64_t permit(uint64_t step) { return CMA_PERMIT ^ step; }
 
 static kt_result publish_writable(kt__exec *ex, void *buf, int *par, uint64_t *step) {
-  KT_CHECK(kt__shm_iter_begin(ex, par));
-  kt__shm_set_aux(ex, *par, addr_of(buf));
-  kt__shm_set_aux2(ex, *par, permit(kt__shm_next_step(ex)));
-  *step = kt__shm_post(ex);
-  return KT_SUCCESS;
+  return publish(ex, buf, permit(kt__shm_next_step(ex)), par, step);
 }
 
 static kt_result check_permit(kt__exec *ex, int r, int par, uint64_t step) {
@@ -100,10 +98,7 @@ kt_result kt__broadcast_shm_cma(kt__exec *ex) {
   if (me == root) {
     bool in_place = op->recvbuf == op->sendbuf;
     size_t tail = in_place ? bytes / (size_t)c->size / BCAST_SHARE_ALIGN * BCAST_SHARE_ALIGN : 0;
-    KT_CHECK(kt__shm_iter_begin(ex, &par));
-    kt__shm_set_aux(ex, par, addr_of(op->sendbuf));
-    kt__shm_set_aux2(ex, par, tail);
-    step = kt__shm_post(ex);
+    KT_CHECK(publish(ex, op->sendbuf, tail, &par, &step));
     if (!in_place && bytes) memcpy(op->recvbuf, op->sendbuf, bytes);
     if (tail) {
       KT_CHECK(kt__shm_wait(ex, -1, step)); /* every reader's buffer published */
@@ -133,7 +128,7 @@ kt_result kt__scatter_shm_cma(kt__exec *ex) {
   if (res != KT_SUCCESS || done) return res;
   int par;
   uint64_t step;
-  KT_CHECK(publish(ex, me == root ? op->sendbuf : NULL, &par, &step));
+  KT_CHECK(publish(ex, me == root ? op->sendbuf : NULL, 0, &par, &step));
   if (me == root) {
     const char *mine = (const char *)op->sendbuf + (size_t)me * bytes;
     if (bytes && op->recvbuf != mine) memcpy(op->recvbuf, mine, bytes);
@@ -156,15 +151,15 @@ kt_result kt__gather_shm_cma(kt__exec *ex) {
   if (res != KT_SUCCESS || done) return res;
   int par;
   uint64_t step;
-  if (me == root) KT_CHECK(publish_writable(ex, op->recvbuf, &par, &step));
-  else KT_CHECK(publish(ex, NULL, &par, &step));
   if (me != root) {
+    KT_CHECK(publish(ex, NULL, 0, &par, &step));
     KT_CHECK(kt__shm_wait(ex, root, step)); /* its buffer published */
     KT_CHECK(check_permit(ex, root, par, step));
     KT_CHECK(kt__shm_cma_write(ex, root, kt__shm_get_aux(ex, root, par) + (uint64_t)me * bytes, op->sendbuf, bytes));
     kt__shm_post(ex);
     return KT_SUCCESS;
   }
+  KT_CHECK(publish_writable(ex, op->recvbuf, &par, &step));
   char *mine = (char *)op->recvbuf + (size_t)me * bytes;
   if (bytes && op->sendbuf != mine) memcpy(mine, op->sendbuf, bytes);
   return kt__shm_wait(ex, -1, kt__shm_post(ex)); /* every block written */
@@ -178,7 +173,7 @@ kt_result kt__allgather_shm_cma(kt__exec *ex) {
   if (res != KT_SUCCESS || done) return res;
   int par;
   uint64_t step;
-  KT_CHECK(publish(ex, op->sendbuf, &par, &step));
+  KT_CHECK(publish(ex, op->sendbuf, 0, &par, &step));
   KT_CHECK(kt__shm_wait(ex, -1, step));
   KT_CHECK(read_blocks(ex, par, 0, op->sendbuf, bytes));
   return kt__shm_wait(ex, -1, kt__shm_post(ex)); /* nobody still reads this rank's block */
@@ -193,7 +188,7 @@ kt_result kt__alltoall_shm_cma(kt__exec *ex) {
   if (res != KT_SUCCESS || done) return res;
   int par;
   uint64_t step;
-  KT_CHECK(publish(ex, op->sendbuf, &par, &step));
+  KT_CHECK(publish(ex, op->sendbuf, 0, &par, &step));
   KT_CHECK(kt__shm_wait(ex, -1, step));
   KT_CHECK(read_blocks(ex, par, (uint64_t)me * bytes, (const char *)op->sendbuf + (size_t)me * bytes, bytes));
   return kt__shm_wait(ex, -1, kt__shm_post(ex));

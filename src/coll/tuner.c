@@ -161,17 +161,19 @@ static int ceil_log2(int p) {
   return l;
 }
 
-/* Each rank's payload fits the small-message lines (allgather and gather:
- * its block; scatter: the root's every block; reduce_scatter: every block
- * of each rank's input; barrier: none). The hierarchy's uneven gathers and
- * reduce-scatters stay with shm. */
+/* ll_room: the most bytes per rank (count x element size) whose payload
+ * fits the small-message lines (allgather and gather: its block; scatter:
+ * the root's every block; reduce_scatter: every block of each rank's
+ * input). ll_fits: the op's does (barrier: none); the hierarchy's uneven
+ * gathers and reduce-scatters stay with shm. */
+static size_t ll_room(const struct kt_comm_s *c, kt__coll coll) {
+  bool whole = coll == KT_COLL_SCATTER || coll == KT_COLL_REDUCE_SCATTER; /* every block in the lines */
+  return kt__shm_ll_max() / (whole ? (size_t)c->size : 1);
+}
+
 static bool ll_fits(const struct kt_comm_s *c, const kt__op *op) {
   if (op->coll == KT_COLL_BARRIER) return true;
-  if (op->counts) return false;
-  size_t bytes = op->count * kt_dtype_size(op->dtype);
-  if (op->coll == KT_COLL_SCATTER || op->coll == KT_COLL_REDUCE_SCATTER)
-    return bytes <= kt__shm_ll_max() / (size_t)c->size;
-  return bytes <= kt__shm_ll_max();
+  return !op->counts && op->count * kt_dtype_size(op->dtype) <= ll_room(c, op->coll);
 }
 
 /* The single-copy algorithms: even blocks; alltoall with send and receive
@@ -235,10 +237,10 @@ static void init_ll_bytes(void) {
   ll_bytes[KT_COLL_REDUCE] = ll_bytes[KT_COLL_GATHER] = LL_ROOTED_REDUCE;
 }
 
-static int64_t ll_limit(struct kt_comm_s *c, const kt__op *op) {
-  if (!ll_set && (op->coll == KT_COLL_ALLREDUCE || op->coll == KT_COLL_REDUCE_SCATTER) && kt__shm_oversubscribed(c))
+static int64_t ll_limit(struct kt_comm_s *c, kt__coll coll) {
+  if (!ll_set && (coll == KT_COLL_ALLREDUCE || coll == KT_COLL_REDUCE_SCATTER) && kt__shm_oversubscribed(c))
     return LL_OVERSUBSCRIBED;
-  return ll_bytes[op->coll];
+  return ll_bytes[coll];
 }
 
 static void init_tuner(void) {
@@ -253,7 +255,7 @@ static void init_tuner(void) {
 static int model_pick(struct kt_comm_s *c, const kt__op *op) {
   double n = (double)op->count * (double)kt_dtype_size(op->dtype);
   if (c->shm) { /* one host: shared memory for every collective */
-    int64_t ll = ll_limit(c, op);
+    int64_t ll = ll_limit(c, op->coll);
     if (ll > 0 && pick_idx[op->coll][PICK_SHM_LL] >= 0 && ll_fits(c, op) &&
         (op->coll == KT_COLL_BARRIER || n <= (double)ll))
       return PICK_SHM_LL;
@@ -315,12 +317,9 @@ static void init_ll_cut(struct kt_comm_s *c) {
   for (int cl = 0; cl < KT_COLL_COUNT; cl++) {
     c->ll_cut[cl] = -1;
     if (!c->shm || forced[cl] >= 0 || pick_idx[cl][PICK_SHM_LL] < 0) continue;
-    kt__op probe = {.coll = (kt__coll)cl, .dtype = KT_UINT8};
-    int64_t ll = ll_limit(c, &probe);
+    int64_t ll = ll_limit(c, (kt__coll)cl);
     if (ll <= 0) continue;
-    bool whole = cl == KT_COLL_SCATTER || cl == KT_COLL_REDUCE_SCATTER; /* every block in the lines */
-    int64_t fits = (int64_t)kt__shm_ll_max() / (whole ? c->size : 1);
-    c->ll_cut[cl] = cl == KT_COLL_BARRIER ? 0 : KT_MIN(ll, fits);
+    c->ll_cut[cl] = cl == KT_COLL_BARRIER ? 0 : KT_MIN(ll, (int64_t)ll_room(c, (kt__coll)cl));
   }
   c->ll_cut_set = true;
 }

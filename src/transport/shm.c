@@ -1364,16 +1364,16 @@ static kt_result cma_probe(kt__exec *ex) {
   kt__shm_set_aux(ex, par, (uint64_t)(uintptr_t)&box);
   KT_CHECK(kt__shm_wait(ex, -1, kt__shm_post(ex)));
   int why = 0, who = -1;
-  const char *call = "process_vm_readv";
+  const char *call = NULL; /* the one refused */
   for (int r = 0; r < s->n && !why; r++) {
     if (r == s->me) continue;
     uint64_t v = 0;
     struct iovec l = {&v, sizeof v}, rem = {(void *)(uintptr_t)kt__shm_get_aux(ex, r, par), sizeof v};
+    call = "process_vm_readv";
     ssize_t got = process_vm_readv(ex->comm->peer_pid[r], &l, 1, &rem, 1, 0);
     if (got == (ssize_t)sizeof v && v == CMA_MAGIC) {
       call = "process_vm_writev";
       got = process_vm_writev(ex->comm->peer_pid[r], &l, 1, &rem, 1, 0);
-      if (got == (ssize_t)sizeof v) call = "process_vm_readv";
     }
     if (got != (ssize_t)sizeof v || v != CMA_MAGIC) {
       why = got < 0 ? errno : EIO;
