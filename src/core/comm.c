@@ -247,45 +247,62 @@ static kt_result store_get_exact(kt_store store, const char *key, void *buf, siz
 
 /* c->link_bpus for the tuner (comm.h), decided by rank 0 and handed to every
  * rank through the store, so that every rank models the same link: rank 0's
- * KAITIAN_LINK_MBITS, else measured between rank 0 and the lowest rank on
- * another host (links between hosts taken as alike). Rank 0 first puts its
- * request under <prefix>/linkreq (-1: measure), which the other end of the
- * probe reads. Rank 0 then streams PROBE_MSGS messages of PROBE_BYTES
- * (striped over the pair's connections, as large messages go) with no pause
- * between them; the receiver takes the median of the gaps between the
- * arrivals of the last PROBE_TIMED ones, or their mean where that is
- * longer, and sends the rate back. The messages before are not timed: they carry TCP's slow start and drain a
+ * KAITIAN_LINK_MBITS, else the slowest link measured between the hosts'
+ * first ranks ("leaders", in rank order), one probe per link of their ring
+ * (with 2 hosts, one: leader 0 to leader 1). A job is as fast as its
+ * slowest link, and a link that rank 0 does not use can be the slow one.
+ * Rank 0 first puts its request under <prefix>/linkreq (-1: measure), which
+ * every leader reads. Links are measured in rounds, each leader in one
+ * probe at a time (as sender of link i, from leader i to leader i + 1, and
+ * receiver of link i - 1): even links, then odd ones, then with an odd
+ * number of hosts the one back to leader 0. The sender streams PROBE_MSGS
+ * messages of PROBE_BYTES (striped over the pair's connections, as large
+ * messages go) with no pause between them; the receiver takes the median of
+ * the gaps between the arrivals of the last PROBE_TIMED ones, or their mean
+ * where that is longer, sends the rate back and puts it under
+ * <prefix>/link/<i> (-1: that probe failed, put by either end). The
+ * messages before are not timed: they carry TCP's slow start and drain a
  * token bucket's burst (a shaper, or a virtual machine's or a switch's
  * burst allowance), through which the first bytes pass faster than the
- * link's steady rate (docs/algorithms.md, "The link's speed"). Rank 0 puts
- * the rate under <prefix>/link (bytes per microsecond; 0: not modelled; -1:
- * its probe failed). Not a collective: the ranks a collective releases first
- * would run into their next operations, whose failure could abort a slower
- * rank still in it. The communicator is not the caller's yet, so no other
- * traffic meets the probe's; its owner's path (progress.c) is left unclaimed
- * for the caller. */
+ * link's steady rate (docs/algorithms.md, "The link's speed"). Rank 0 takes
+ * the slowest and puts it under <prefix>/link (bytes per microsecond; 0:
+ * not modelled; -1: a probe failed, with the link's ranks). Not a
+ * collective: the ranks a collective releases first would run into their
+ * next operations, whose failure could abort a slower rank still in it.
+ * The communicator is not the caller's yet, so no other traffic meets the
+ * probes'; its owner's path (progress.c) is left unclaimed for the
+ * caller. */
 #define PROBE_BYTES ((size_t)512 << 10)
 #define PROBE_MSGS 16
 #define PROBE_TIMED 8
 _Static_assert(PROBE_TIMED >= 2 && PROBE_TIMED % 2 == 0 && PROBE_TIMED < PROBE_MSGS,
                "the probe times an even number of gaps after at least one message");
 
-/* Rank 0's or its partner's side of the probe with rank other: *rate in
- * bytes per microsecond (the receiver's measurement, on both sides). */
-static kt_result probe_pair(struct kt_comm_s *c, int other, double *rate) {
+/* What rank 0 puts under <prefix>/link: the rate and the link it came
+ * from (the slowest, or the one whose probe failed). */
+typedef struct {
+  double rate;
+  int32_t from, to;
+} link_verdict;
+
+/* One end of the probe of the link to (send) or from (!send) rank other:
+ * *rate in bytes per microsecond (the receiver's measurement, on both
+ * sides). */
+static kt_result probe_pair(struct kt_comm_s *c, int other, bool send, double *rate) {
   char *buf = kt__calloc(1, PROBE_BYTES);
   if (!buf) return KT_ERR_NO_MEMORY;
   kt_result r = KT_SUCCESS;
   /* The stream starts when the receiver is in its receives: started
    * before, it would wait in the kernel's buffers (megabytes), and the
    * receiver find it there at the speed of a copy. */
-  if (c->rank == 0) {
+  if (send) {
     r = kt_recv(buf, 1, KT_UINT8, other, 0, c);
     for (int i = 0; i < PROBE_MSGS && r == KT_SUCCESS; i++) r = kt_send(buf, PROBE_BYTES, KT_UINT8, other, 0, c);
     double got = -1;
     if (r == KT_SUCCESS) r = kt_recv(&got, 1, KT_FLOAT64, other, 0, c);
     if (r == KT_SUCCESS && !(got > 0 && got < 1e12))
-      r = kt__err(KT_ERR_PEER_FAILED, "rank 0: rank %d measured the link at %g bytes/us, which is no rate", other, got);
+      r = kt__err(KT_ERR_PEER_FAILED, "rank %d: rank %d measured the link at %g bytes/us, which is no rate", c->rank,
+                  other, got);
     if (r == KT_SUCCESS) *rate = got;
   } else {
     int64_t at[PROBE_MSGS], gap[PROBE_TIMED];
@@ -315,46 +332,123 @@ static kt_result probe_pair(struct kt_comm_s *c, int other, double *rate) {
   free(buf);
   kt__fast_reset(c);
   if (r != KT_SUCCESS) {
-    kt__error_prefix("measuring the link to rank %d: ", other);
+    kt__error_prefix("measuring the link %s rank %d: ", send ? "to" : "from", other);
     return r;
   }
   return KT_SUCCESS;
 }
 
+/* The round of link i of n hosts' ring (above). */
+static int link_round(int i, int n) { return n % 2 == 1 && i == n - 1 ? 2 : i % 2; }
+
+/* This leader's (h of n) probes in round order: the link it sends (h) and
+ * the one it receives (h - 1), of the nlinks measured. */
+static kt_result probe_links(struct kt_comm_s *c, kt_store store, const int *lead, int n, int nlinks, int h,
+                             int *failed) {
+  int mine[2] = {h, (h + n - 1) % n};
+  if (link_round(mine[1], n) < link_round(mine[0], n)) mine[0] = mine[1], mine[1] = h;
+  for (int k = 0; k < 2; k++) {
+    int i = mine[k];
+    if (i >= nlinks) continue;
+    bool send = i == h;
+    int other = send ? lead[(i + 1) % n] : lead[i];
+    double rate = -1;
+    KT_INFO("rank %d: measuring the link %s rank %d (%d messages of %zu KiB)", c->rank, send ? "to" : "from", other,
+            PROBE_MSGS, PROBE_BYTES >> 10);
+    kt_result r = probe_pair(c, other, send, &rate);
+    if (!send || r != KT_SUCCESS) {
+      char key[320];
+      snprintf(key, sizeof key, "%s/link/%d", c->prefix, i);
+      if (r != KT_SUCCESS) rate = -1;
+      kt_result w = kt_store_set(store, key, &rate, sizeof rate);
+      if (r == KT_SUCCESS) r = w;
+    }
+    if (r != KT_SUCCESS) {
+      *failed = i;
+      return r;
+    }
+  }
+  return KT_SUCCESS;
+}
+
+/* Rank 0: the slowest of the nlinks measured, or the first whose probe
+ * failed (then at once: the ends of the others may be gone too). */
+static kt_result collect_links(struct kt_comm_s *c, kt_store store, const int *lead, int n, int nlinks,
+                               link_verdict *v, double *fastest) {
+  for (int i = 0; i < nlinks; i++) {
+    char key[320];
+    double rate = -1;
+    snprintf(key, sizeof key, "%s/link/%d", c->prefix, i);
+    kt_result r = store_get_exact(store, key, &rate, sizeof rate);
+    if (r != KT_SUCCESS || !(rate >= 0)) rate = -1;
+    if (i == 0 || rate < v->rate) *v = (link_verdict){rate, lead[i], lead[(i + 1) % n]};
+    if (rate > *fastest) *fastest = rate;
+    if (r != KT_SUCCESS) return r;
+    if (rate < 0) return kt__err(KT_ERR_PEER_FAILED, "rank 0: the probe of the link from rank %d to rank %d failed "
+                                 "(their logs say why)", lead[i], lead[(i + 1) % n]);
+  }
+  return KT_SUCCESS;
+}
+
 static kt_result link_probe(struct kt_comm_s *c, kt_store store, const kt__tcp_addr *all) {
-  int peer = -1;
-  for (int j = 1; j < c->size && peer < 0; j++)
-    if (strcmp(all[j].hostid, all[0].hostid) != 0) peer = j;
-  if (peer < 0) return KT_SUCCESS; /* one host: no link */
+  int *lead = kt__calloc((size_t)c->size, sizeof *lead), n = 0, h = -1;
+  if (!lead) return KT_ERR_NO_MEMORY;
+  for (int j = 0; j < c->size; j++) {
+    int i = 0;
+    while (i < j && strcmp(all[i].hostid, all[j].hostid) != 0) i++;
+    if (i < j) continue;
+    if (j == c->rank) h = n;
+    lead[n++] = j;
+  }
+  kt_result r = KT_SUCCESS;
+  if (n < 2) goto done; /* one host: no link */
+  int nlinks = n == 2 ? 1 : n; /* two hosts: one link, measured one way */
   char key[320], req_key[320];
   snprintf(key, sizeof key, "%s/link", c->prefix);
   snprintf(req_key, sizeof req_key, "%s/linkreq", c->prefix);
   int64_t mbits = KT_MAX(kt__param_LINK_MBITS(), (int64_t)-1);
-  double rate = -1; /* bytes per microsecond */
-  kt_result r = KT_SUCCESS;
-  if (c->rank == 0) KT_CHECK(kt_store_set(store, req_key, &mbits, sizeof mbits));
-  else if (c->rank == peer) KT_CHECK(store_get_exact(store, req_key, &mbits, sizeof mbits));
-  if (mbits >= 0) rate = (double)mbits / 8.0; /* 1 Mbit/s: 0.125 bytes per microsecond */
-  else if (c->rank == 0 || c->rank == peer) r = probe_pair(c, c->rank == 0 ? peer : 0, &rate);
+  link_verdict v = {-1, 0, lead[1]};
+  double fastest = -1;
+  if (c->rank == 0) KT_CHECK_GOTO(kt_store_set(store, req_key, &mbits, sizeof mbits), r, done);
+  else if (h >= 0) KT_CHECK_GOTO(store_get_exact(store, req_key, &mbits, sizeof mbits), r, done);
+  int64_t t0 = kt__now_ns();
+  if (mbits >= 0) v.rate = (double)mbits / 8.0; /* 1 Mbit/s: 0.125 bytes per microsecond */
+  else if (h >= 0) {
+    int failed = 0;
+    r = probe_links(c, store, lead, n, nlinks, h, &failed);
+    v.from = lead[failed], v.to = lead[(failed + 1) % n];
+  }
   if (c->rank == 0) {
-    kt_result w = kt_store_set(store, key, &rate, sizeof rate);
+    if (mbits < 0 && r == KT_SUCCESS) r = collect_links(c, store, lead, n, nlinks, &v, &fastest);
+    if (r != KT_SUCCESS) v.rate = -1; /* the others learn it at once instead of waiting */
+    kt_result w = kt_store_set(store, key, &v, sizeof v);
     if (r == KT_SUCCESS) r = w;
   }
-  if (r != KT_SUCCESS) return r;
-  KT_CHECK(store_get_exact(store, key, &rate, sizeof rate));
-  if (!(rate >= 0))
-    return kt__err(KT_ERR_PEER_FAILED, "rank 0 could not measure the link between hosts to rank %d (their logs say why)",
-                   peer);
-  c->link_bpus = rate;
-  if (c->cross) c->cross->link_bpus = rate;
+  if (r != KT_SUCCESS) goto done;
+  KT_CHECK_GOTO(store_get_exact(store, key, &v, sizeof v), r, done);
+  if (!(v.rate >= 0)) {
+    r = kt__err(KT_ERR_PEER_FAILED, "rank 0 could not measure the links between hosts (the link from rank %d to rank %d: "
+                "their logs say why)", (int)v.from, (int)v.to);
+    goto done;
+  }
+  c->link_bpus = v.rate;
+  if (c->cross) c->cross->link_bpus = v.rate;
   c->algos_run = 0; /* the caller's first ops still log their algorithms */
   if (c->rank == 0 && mbits >= 0)
     KT_INFO("rank 0: links between hosts taken as %lld Mbit/s (KAITIAN_LINK_MBITS)%s", (long long)mbits,
             mbits ? "" : ": not modelled");
+  else if (c->rank == 0 && nlinks == 1)
+    KT_INFO("rank 0: links between hosts measured at %.0f Mbit/s (rank %d to rank %d; the last %d of %d messages of %zu "
+            "KiB; %.0f ms)", v.rate * 8.0, (int)v.from, (int)v.to, PROBE_TIMED, PROBE_MSGS, PROBE_BYTES >> 10,
+            (double)(kt__now_ns() - t0) / 1e6);
   else if (c->rank == 0)
-    KT_INFO("rank 0: links between hosts measured at %.0f Mbit/s (to rank %d; the last %d of %d messages of %zu KiB)",
-            rate * 8.0, peer, PROBE_TIMED, PROBE_MSGS, PROBE_BYTES >> 10);
-  return KT_SUCCESS;
+    KT_INFO("rank 0: links between hosts measured at %.0f Mbit/s (rank %d to rank %d, the slowest of the %d between the "
+            "hosts' first ranks, the fastest %.0f Mbit/s; the last %d of %d messages of %zu KiB; %.0f ms)",
+            v.rate * 8.0, (int)v.from, (int)v.to, nlinks, fastest * 8.0, PROBE_TIMED, PROBE_MSGS, PROBE_BYTES >> 10,
+            (double)(kt__now_ns() - t0) / 1e6);
+done:
+  free(lead);
+  return r;
 }
 
 kt_result kt_comm_init(kt_comm *comm, int rank, int size, kt_store store, const kt_config *config) {

@@ -37,7 +37,10 @@
 #   and forced flat (binomial: no message of either side ever reaches the
 #   other; the ranks' status notices must catch it); and, with no mismatch,
 #   every operation must succeed when the ranks are late to it in turn by
-#   2.5 s (fault_prog late).
+#   2.5 s (fault_prog late); and on 3 nodes x 1 rank, rank 2 killed while
+#   it streams its link probe to rank 0 (node 2's way out shaped to 24
+#   Mbit/s): ranks 0 and 1 must fail their communicator's creation naming
+#   rank 2's link within 10 s.
 # MODE hetero (PROGRAM: tests/python/test_hetero.py; needs $PYTHON with torch
 #   and torch_kaitian importable): heterogeneous data parallelism across hosts,
 #   nodes of 3 and 2 ranks (each node its own plan, --devices cpu:3 / cpu:2):
@@ -64,8 +67,9 @@
 #   allreduce of 32 KiB must run recursive doubling with KAITIAN_LINK_MBITS=0
 #   (links not modelled) and halving-doubling with KAITIAN_LINK_MBITS=1000
 #   and, KAITIAN_LINK_MBITS unset, with node 1's link shaped to 1 Gbit/s
-#   (tbf, where the kernel has it), whose measured speed must be 500-2500
-#   Mbit/s.
+#   (tbf, where the kernel has it), then node 3's (on none of rank 0's
+#   links): the slowest link measured must be 500-2500 Mbit/s and one of
+#   the shaped node's.
 # After each job no process may remain in any node. Namespaces, bridge and
 # veths are always removed (trap EXIT); the test checks that none is left.
 # Needs root; exits 77 (skipped) only where `ip netns add` fails.
@@ -301,6 +305,16 @@ if [ "$MODE" = kill ]; then
       sleep 0.1
     done
   }
+  # kill_rank NAME RANK PID: SIGKILL rank RANK of job NAME (3 nodes); every
+  # launcher must then exit non-zero.
+  kill_rank() {
+    kill -9 "$3" || fail "$1: cannot kill rank $2 (pid $3)"
+    wait_nodes "$1" 3 60
+    for k in 0 1 2; do
+      eval "rc=\$RC_$k"
+      [ "$rc" != 0 ] || fail "$1: the launcher of node $k exited 0 although rank $2 was killed"
+    done
+  }
   step "SIGKILL of a rank of node 2 in the middle of allreduces"
   new_secret
   mkdir -p "$TMP/kill"
@@ -310,13 +324,7 @@ if [ "$MODE" = kill ]; then
   wait_started kill 6
   vpid=$(cat "$TMP/kill/pid.5")
   sleep 0.3
-  kill_s=$(date +%s)
-  kill -9 "$vpid" || fail "kill: cannot kill rank 5 (pid $vpid)"
-  wait_nodes kill 3 60
-  for k in 0 1 2; do
-    eval "rc=\$RC_$k"
-    [ "$rc" != 0 ] || fail "kill: the launcher of node $k exited 0 although rank 5 was killed"
-  done
+  kill_rank kill 5 "$vpid"
   grep -q "rank 5 (pid $vpid) was killed by signal 9" "$TMP/kill.2.err" ||
     fail "kill: node 2's launcher does not name rank 5 as killed by signal 9"
   for k in 0 1; do
@@ -403,6 +411,43 @@ if [ "$MODE" = kill ]; then
   done
   step "late: the same operations, each rank 2.5 s late to one, 2 nodes x 2 ranks"
   run_ok late 2 KAITIAN_TIMEOUT=60000 -- "$FAULT" late sleep_ms=2500
+
+  step "SIGKILL of rank 2 while it streams the link probe to rank 0 (node 2's way out shaped to 24 Mbit/s), 3 nodes x 1 rank"
+  # The other end's probe fails at once; rank 0 hands the failure to every
+  # rank through the store instead of leaving them to wait for its verdict.
+  if tc -n "$(node_ns 2)" qdisc add dev ktv0 root tbf rate 24mbit burst 16000 latency 5s 2>"$TMP/tc.log"; then
+    NPROCS="1 1 1"
+    new_secret
+    for k in 0 1 2; do
+      start_node $k 3 probekill KAITIAN_TIMEOUT=60000 KAITIAN_DEBUG=INFO -- "$FAULT" killloop "dir=$TMP/probekill"
+    done
+    i=0
+    until grep -q "rank 2: measuring the link to rank 0" "$TMP/probekill.2.err" 2>/dev/null; do
+      i=$((i + 1))
+      [ $i -gt 1200 ] && fail "probekill: rank 2 did not start its probe to rank 0 within 120 s"
+      sleep 0.1
+    done
+    sleep 0.5
+    vpid=$(ip netns pids "$(node_ns 2)" | while read -r p; do
+      grep -q fault_prog "/proc/$p/cmdline" 2>/dev/null && ! grep -q "kaitian" "/proc/$p/cmdline" && echo "$p"; done | head -n 1)
+    [ -n "$vpid" ] || fail "probekill: no fault_prog process in node 2"
+    kill_ms=$(date +%s%3N)
+    kill_rank probekill 2 "$vpid"
+    for r in 0 1; do
+      line=$(grep -m1 "kt_comm_init_env failed" "$TMP/probekill.$r.err") ||
+        fail "probekill: rank $r printed no failed communicator creation"
+      echo "$line" | grep -Eq "link (from|to) rank 2|link from rank 2 to rank 0" ||
+        fail "probekill: rank $r's error does not name the probe of rank 2's link: $line"
+      echo "  $line" | cut -c1-300
+    done
+    end_ms=$(stat -c %Y "$TMP/probekill.1.err")000
+    [ $((end_ms - kill_ms)) -lt 10000 ] || fail "probekill: rank 1's error came more than 10 s after the kill"
+    check_no_procs probekill
+    tc -n "$(node_ns 2)" qdisc del dev ktv0 root
+    NPROCS=""
+  else
+    echo "note: tbf is not available ($(head -n 1 "$TMP/tc.log")); the probe case is skipped"
+  fi
 fi
 
 if [ "$MODE" = hetero ]; then
@@ -532,8 +577,8 @@ if [ "$MODE" = hier ]; then
   NPROCS="1 1 1 1"
   run_ok hd1111 4 KAITIAN_TIMEOUT=120000 KAITIAN_DEBUG=INFO -- "$COLL" --order 2,0,3,1 --coll allreduce --quick
   passed_and_ran hd1111 2,0,3,1 4 allreduce=recursive_doubling allreduce=halving_doubling
-  grep -q '^\[0\] .*rank 0: links between hosts measured at [0-9]* Mbit/s (to rank 1' "$TMP/hd1111.0.err" ||
-    fail "hd1111: rank 0 did not log the speed it measured to rank 1"
+  grep -q "^\[0\] .*rank 0: links between hosts measured at [0-9]* Mbit/s (rank [0-3] to rank [0-3], the slowest of the 4 between the hosts' first ranks, the fastest [0-9]* Mbit/s" "$TMP/hd1111.0.err" ||
+    fail "hd1111: rank 0 did not log the slowest of the 4 links it measured"
   NPROCS="2 1 1 1"
   hier_job hier2111 4 4,1,0,2,3 5 allreduce,reduce_scatter --quick
 
@@ -557,17 +602,29 @@ if [ "$MODE" = hier ]; then
   grep -q 'links between hosts taken as 0 Mbit/s (KAITIAN_LINK_MBITS): not modelled' "$TMP/linkfast.0.err" ||
     fail "linkfast: rank 0 did not log KAITIAN_LINK_MBITS=0"
   link_job linkgiven halving_doubling KAITIAN_LINK_MBITS=1000
-  if tc -n "$(node_ns 1)" qdisc add dev ktv0 root tbf rate 1gbit burst 125000 latency 50ms 2>"$TMP/tc.log" &&
-     tc -n "$NS_BR" qdisc add dev p1 root tbf rate 1gbit burst 125000 latency 50ms 2>>"$TMP/tc.log"; then
-    link_job linkshaped halving_doubling
-    mbits=$(sed -n 's/.*links between hosts measured at \([0-9]*\) Mbit\/s.*/\1/p' "$TMP/linkshaped.0.err" | head -n 1)
-    [ -n "$mbits" ] && [ "$mbits" -ge 500 ] && [ "$mbits" -le 2500 ] ||
-      fail "linkshaped: measured '${mbits:-nothing}' Mbit/s on a link shaped to 1000 (tbf; expected 500-2500)"
-    tc -n "$(node_ns 1)" qdisc del dev ktv0 root
-    tc -n "$NS_BR" qdisc del dev p1 root
-  else
-    echo "note: tbf is not available ($(head -n 1 "$TMP/tc.log")); the measured case is skipped"
-  fi
+  # shaped_job NODE LINKS: node NODE's link shaped to 1 Gbit/s both ways;
+  # rank 0 must name one of LINKS (egrep) as the slowest it measured.
+  shaped_job() {
+    sn=$1 links=$2
+    if tc -n "$(node_ns "$sn")" qdisc add dev ktv0 root tbf rate 1gbit burst 125000 latency 50ms 2>"$TMP/tc.log" &&
+       tc -n "$NS_BR" qdisc add dev "p$sn" root tbf rate 1gbit burst 125000 latency 50ms 2>>"$TMP/tc.log"; then
+      link_job "linkshaped$sn" halving_doubling
+      line=$(grep -h 'links between hosts measured at' "$TMP/linkshaped$sn.0.err" | head -n 1)
+      mbits=$(echo "$line" | sed -n 's/.*links between hosts measured at \([0-9]*\) Mbit\/s.*/\1/p')
+      [ -n "$mbits" ] && [ "$mbits" -ge 500 ] && [ "$mbits" -le 2500 ] ||
+        fail "linkshaped$sn: measured '${mbits:-nothing}' Mbit/s on node $sn's link shaped to 1000 (tbf; expected 500-2500)"
+      echo "$line" | grep -Eq "Mbit/s \(($links), the slowest of the 4 between the hosts' first ranks" ||
+        fail "linkshaped$sn: rank 0 does not name node $sn's link ($links) as the slowest of 4: $line"
+      tc -n "$(node_ns "$sn")" qdisc del dev ktv0 root
+      tc -n "$NS_BR" qdisc del dev "p$sn" root
+    else
+      echo "note: tbf is not available ($(head -n 1 "$TMP/tc.log")); the measured case is skipped"
+    fi
+  }
+  # Node 1 is on rank 0's own links; node 3 on two links rank 0's probe
+  # would not measure with 2 hosts' single probe (ranks 2 to 3 and 3 to 0).
+  shaped_job 1 "rank 0 to rank 1|rank 1 to rank 2"
+  shaped_job 3 "rank 2 to rank 3|rank 3 to rank 0"
   NPROCS=""
 fi
 
