@@ -20,15 +20,21 @@
 #include <string.h>
 
 /* Every rank's payload (n elements, bytes), reduced in rank order into
- * recvbuf; this rank's own is in its lines too. */
-static kt_result reduce_all(kt__exec *ex, size_t n, size_t bytes) {
+ * recvbuf: this rank's from mine, the others' from their lines. */
+static kt_result reduce_all(kt__exec *ex, size_t n, size_t bytes, const void *mine) {
   const kt__op *op = ex->op;
-  _Alignas(64) unsigned char tmp[KT_SHM_LL_MAX];
+  int me = ex->comm->rank;
+  _Alignas(64) unsigned char tmp[KT_SHM_LL_MAX], own[KT_SHM_LL_MAX];
+  if (mine == op->recvbuf && me != 0) { /* in place: recvbuf takes rank 0's first */
+    memcpy(own, mine, bytes);
+    mine = own;
+  }
   kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
-  KT_CHECK(kt__shm_ll_read(ex, 0, 0, op->recvbuf, bytes));
+  if (me != 0) KT_CHECK(kt__shm_ll_read(ex, 0, 0, op->recvbuf, bytes));
+  else if (mine != op->recvbuf) memcpy(op->recvbuf, mine, bytes);
   for (int r = 1; r < ex->comm->size; r++) {
-    KT_CHECK(kt__shm_ll_read(ex, r, 0, tmp, bytes));
-    reduce(op->recvbuf, op->recvbuf, tmp, n);
+    if (r != me) KT_CHECK(kt__shm_ll_read(ex, r, 0, tmp, bytes));
+    reduce(op->recvbuf, op->recvbuf, r == me ? mine : tmp, n);
   }
   kt__op_finalize(op, op->recvbuf, n, ex->comm->size);
   return KT_SUCCESS;
@@ -40,7 +46,7 @@ kt_result kt__allreduce_shm_ll(kt__exec *ex) {
   kt__shm_op_begin(ex);
   KT_CHECK(kt__shm_ll_post(ex, op->sendbuf, bytes));
   KT_CHECK(kt__shm_ll_wait(ex, -1));
-  return bytes ? reduce_all(ex, n, bytes) : KT_SUCCESS;
+  return bytes ? reduce_all(ex, n, bytes, op->sendbuf) : KT_SUCCESS;
 }
 
 kt_result kt__reduce_shm_ll(kt__exec *ex) {
@@ -49,9 +55,9 @@ kt_result kt__reduce_shm_ll(kt__exec *ex) {
   size_t n = op->count, bytes = n * kt_dtype_size(op->dtype);
   bool is_root = c->rank == op->root;
   kt__shm_op_begin(ex);
-  KT_CHECK(kt__shm_ll_post(ex, op->sendbuf, bytes));
+  KT_CHECK(kt__shm_ll_post(ex, is_root ? NULL : op->sendbuf, is_root ? 0 : bytes)); /* nobody reads the root's */
   KT_CHECK(kt__shm_ll_wait(ex, is_root ? -1 : c->rank));
-  return bytes && is_root ? reduce_all(ex, n, bytes) : KT_SUCCESS;
+  return bytes && is_root ? reduce_all(ex, n, bytes, op->sendbuf) : KT_SUCCESS;
 }
 
 /* Every rank posts the blocks of its input that the others reduce (all but
@@ -100,10 +106,16 @@ kt_result kt__broadcast_shm_ll(kt__exec *ex) {
   return KT_SUCCESS;
 }
 
-/* Every rank's block (bytes each, this rank's too: all posted theirs) into
- * out, in rank order. */
-static kt_result read_blocks(kt__exec *ex, char *out, size_t bytes) {
-  for (int r = 0; r < ex->comm->size && bytes; r++) KT_CHECK(kt__shm_ll_read(ex, r, 0, out + (size_t)r * bytes, bytes));
+/* Every rank's block (bytes each) into out, in rank order: this rank's
+ * from mine (NULL: from its own lines), the others' from their lines. */
+static kt_result read_blocks(kt__exec *ex, const void *mine, char *out, size_t bytes) {
+  for (int r = 0; r < ex->comm->size && bytes; r++) {
+    if (r == ex->comm->rank && mine) {
+      if (mine != out + (size_t)r * bytes) memcpy(out + (size_t)r * bytes, mine, bytes);
+    } else {
+      KT_CHECK(kt__shm_ll_read(ex, r, 0, out + (size_t)r * bytes, bytes));
+    }
+  }
   return KT_SUCCESS;
 }
 
@@ -113,7 +125,7 @@ kt_result kt__allgather_shm_ll(kt__exec *ex) {
   kt__shm_op_begin(ex);
   KT_CHECK(kt__shm_ll_post(ex, op->sendbuf, bytes));
   KT_CHECK(kt__shm_ll_wait(ex, -1));
-  return read_blocks(ex, op->recvbuf, bytes);
+  return read_blocks(ex, op->sendbuf, op->recvbuf, bytes);
 }
 
 /* Even blocks only (the tuner leaves the hierarchy's uneven ones to shm). */
@@ -123,24 +135,42 @@ kt_result kt__gather_shm_ll(kt__exec *ex) {
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   bool is_root = c->rank == op->root;
   kt__shm_op_begin(ex);
-  KT_CHECK(kt__shm_ll_post(ex, op->sendbuf, bytes));
+  KT_CHECK(kt__shm_ll_post(ex, is_root ? NULL : op->sendbuf, is_root ? 0 : bytes)); /* nobody reads the root's */
   KT_CHECK(kt__shm_ll_wait(ex, is_root ? -1 : c->rank));
-  return is_root ? read_blocks(ex, op->recvbuf, bytes) : KT_SUCCESS;
+  return is_root ? read_blocks(ex, op->sendbuf, op->recvbuf, bytes) : KT_SUCCESS;
 }
 
+/* The root posts every block but its own (in rank order, as
+ * reduce_scatter's ranks do), which it copies itself. */
 kt_result kt__scatter_shm_ll(kt__exec *ex) {
   const kt__op *op = ex->op;
   struct kt_comm_s *c = ex->comm;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
-  bool is_root = c->rank == op->root;
+  int root = op->root;
+  bool is_root = c->rank == root;
+  const char *in = op->sendbuf;
+  _Alignas(64) unsigned char others[KT_SHM_LL_MAX];
+  const void *post = NULL;
+  size_t before = (size_t)root * bytes, after = (size_t)(c->size - 1 - root) * bytes;
+  if (is_root && before + after > sizeof others)
+    return kt__err(KT_ERR_INTERNAL, "scatter of %zu bytes per rank does not fit the small-message lines", bytes);
   kt__shm_op_begin(ex);
-  KT_CHECK(kt__shm_ll_post(ex, is_root ? op->sendbuf : NULL, is_root ? bytes * (size_t)c->size : 0));
   if (is_root && bytes) {
-    const char *mine = (const char *)op->sendbuf + (size_t)c->rank * bytes;
-    if (op->recvbuf != mine) memcpy(op->recvbuf, mine, bytes);
+    if (root == 0) {
+      post = in + bytes;
+    } else if (after == 0) {
+      post = in;
+    } else {
+      memcpy(others, in, before);
+      memcpy(others + before, in + before + bytes, after);
+      post = others;
+    }
   }
-  KT_CHECK(kt__shm_ll_wait(ex, op->root));
-  if (!is_root && bytes) KT_CHECK(kt__shm_ll_read(ex, op->root, (size_t)c->rank * bytes, op->recvbuf, bytes));
+  KT_CHECK(kt__shm_ll_post(ex, post, is_root ? before + after : 0));
+  if (is_root && bytes && op->recvbuf != in + before) memcpy(op->recvbuf, in + before, bytes);
+  KT_CHECK(kt__shm_ll_wait(ex, root));
+  if (!is_root && bytes)
+    KT_CHECK(kt__shm_ll_read(ex, root, (size_t)(c->rank < root ? c->rank : c->rank - 1) * bytes, op->recvbuf, bytes));
   return KT_SUCCESS;
 }
 

@@ -163,12 +163,12 @@ static int ceil_log2(int p) {
 
 /* ll_room: the most bytes per rank (count x element size) whose payload
  * fits the small-message lines (allgather and gather: its block; scatter:
- * the root's every block; reduce_scatter: every block of each rank's
- * input). ll_fits: the op's does (barrier: none); the hierarchy's uneven
+ * the root's every block but its own; reduce_scatter: every block of each
+ * rank's input but its own). ll_fits: the op's does (barrier: none); the hierarchy's uneven
  * gathers and reduce-scatters stay with shm. */
 static size_t ll_room(const struct kt_comm_s *c, kt__coll coll) {
-  bool whole = coll == KT_COLL_SCATTER || coll == KT_COLL_REDUCE_SCATTER; /* every block in the lines */
-  return kt__shm_ll_max() / (whole ? (size_t)c->size : 1);
+  bool whole = coll == KT_COLL_SCATTER || coll == KT_COLL_REDUCE_SCATTER; /* every other rank's block in the lines */
+  return kt__shm_ll_max() / (whole && c->size > 1 ? (size_t)c->size - 1 : 1);
 }
 
 static bool ll_fits(const struct kt_comm_s *c, const kt__op *op) {
@@ -217,15 +217,14 @@ static int64_t ll_bytes[KT_COLL_COUNT]; /* KAITIAN_SHM_LL_BYTES, or the default 
 static bool ll_set;
 static int64_t cma_bytes, reduce_oneshot_bytes; /* KAITIAN_SHM_CMA_BYTES, KAITIAN_SHM_REDUCE_ONESHOT_BYTES */
 
-/* Unset, KAITIAN_SHM_LL_BYTES depends on the collective (docs/algorithms.md):
- * where some ranks only send (broadcast, scatter: every line; reduce,
- * gather: 2 KiB per rank) the protocol beat the region algorithms further
- * than where every rank waits for every other (allreduce, allgather,
- * reduce_scatter: 872 bytes, and 64 for allreduce and reduce_scatter where
- * the host's ranks outnumber its CPUs, since with ranks descheduled the
+/* Unset, KAITIAN_SHM_LL_BYTES depends on the collective and the ranks
+ * (docs/algorithms.md): every line where some ranks only send (broadcast,
+ * scatter, reduce, gather) and, for the collectives where every rank waits
+ * for every other (allreduce, allgather, reduce_scatter), at 2 ranks with a
+ * CPU each; otherwise 872 bytes, and 64 for allreduce and reduce_scatter
+ * where the host's ranks outnumber its CPUs (with ranks descheduled the
  * region algorithm's one post per rank did better). */
 #define LL_ALL_TO_ALL 872
-#define LL_ROOTED_REDUCE 2048
 #define LL_OVERSUBSCRIBED 64
 
 static void init_ll_bytes(void) {
@@ -234,13 +233,17 @@ static void init_ll_bytes(void) {
   for (int cl = 0; cl < KT_COLL_COUNT; cl++) ll_bytes[cl] = ll_set ? v : LL_ALL_TO_ALL;
   if (ll_set) return;
   ll_bytes[KT_COLL_BROADCAST] = ll_bytes[KT_COLL_SCATTER] = (int64_t)kt__shm_ll_max();
-  ll_bytes[KT_COLL_REDUCE] = ll_bytes[KT_COLL_GATHER] = LL_ROOTED_REDUCE;
+  ll_bytes[KT_COLL_REDUCE] = ll_bytes[KT_COLL_GATHER] = (int64_t)kt__shm_ll_max();
 }
 
 static int64_t ll_limit(struct kt_comm_s *c, kt__coll coll) {
-  if (!ll_set && (coll == KT_COLL_ALLREDUCE || coll == KT_COLL_REDUCE_SCATTER) && kt__shm_oversubscribed(c))
-    return LL_OVERSUBSCRIBED;
-  return ll_bytes[coll];
+  if (ll_set) return ll_bytes[coll];
+  bool all_wait = coll == KT_COLL_ALLREDUCE || coll == KT_COLL_ALLGATHER || coll == KT_COLL_REDUCE_SCATTER;
+  if (!all_wait) return ll_bytes[coll];
+  if (kt__shm_oversubscribed(c)) return coll == KT_COLL_ALLGATHER ? ll_bytes[coll] : LL_OVERSUBSCRIBED;
+  /* Two ranks, each with a CPU: a rank reads one peer's payload, as a
+   * broadcast's reader does. */
+  return c->size == 2 ? (int64_t)kt__shm_ll_max() : ll_bytes[coll];
 }
 
 static void init_tuner(void) {

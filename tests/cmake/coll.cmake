@@ -101,17 +101,18 @@ foreach(np 2 3 5 8)
   kt_coll_test(coll.np${np}.shm_ll ${np} 300 "KAITIAN_ALGO=shm_ll"
     --coll allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter,barrier --count 11)
 endforeach()
-# Many lines of a slot: 185 elements (1480 bytes of float64 per rank; 4440,
-# every line, in scatter's and reduce_scatter's input at 3 ranks, near the
-# protocol's 4456).
+# Many lines of a slot: 185 elements (1480 bytes of float64 per rank).
 foreach(np 2 3)
   kt_coll_test(coll.np${np}.shm_ll_lines ${np} 300 "KAITIAN_ALGO=shm_ll"
     --coll allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter --count 185)
 endforeach()
-# ... and 556 (4448 bytes of float64 per rank) for the collectives whose
-# per-rank payload is the whole of it.
+# ... and every line, near the protocol's 4456 bytes: 556 elements (4448
+# bytes of float64) per rank, at 2 ranks also scatter's and reduce_scatter's
+# (a rank posts every block but its own), at 3 ranks theirs with 278 (two
+# blocks of 2224).
 kt_coll_test(coll.np2.shm_ll_full 2 300 "KAITIAN_ALGO=shm_ll"
-  --coll allreduce,broadcast,reduce,allgather,gather --count 556)
+  --coll allreduce,broadcast,reduce,allgather,gather,scatter,reduce_scatter --count 556)
+kt_coll_test(coll.np3.shm_ll_full 3 300 "KAITIAN_ALGO=shm_ll" --coll scatter,reduce_scatter --count 278)
 
 # Results written with non-temporal stores (KAITIAN_SHM_STREAM_BYTES=1: every
 # size, so odd lengths and addresses reach the copy's unaligned head and
@@ -127,8 +128,11 @@ endforeach()
 # The tuner's single-copy picks (docs/algorithms.md): broadcast of 2 MiB and
 # allgather of 1 MiB per rank run shm_cma where every rank has a CPU of its
 # own (2 ranks on 2 CPUs), and so do 64 KiB (32 KiB per rank of allgather
-# and scatter, and gather); below KAITIAN_SHM_CMA_BYTES (16 KiB; 8 KiB of
-# broadcast, 4 KiB per rank of the others) the region algorithm; and the
+# and scatter, and gather); below KAITIAN_SHM_CMA_BYTES (16 KiB; 12 KiB of
+# broadcast, 6 KiB per rank of the others) the region algorithm, and 4 KiB
+# per rank of scatter and gather the small-message protocol (every line of
+# it unless KAITIAN_SHM_LL_BYTES is set; a root posts every block but its
+# own); and the
 # region algorithm where the host's ranks
 # outnumber its CPUs (the same 2 ranks confined to one CPU with taskset:
 # the tuner counts the CPUs the ranks may run on); scatter's and gather's
@@ -144,9 +148,13 @@ for size in 2M 64K; do
     printf '%s\n' "$out" | grep -q "rank 0/2: $c runs algorithm shm_cma " || fail "2 ranks, $size: $c did not pick shm_cma: $(printf '%s\n' "$out" | grep 'runs algorithm')"
   done
 done
-out=$(picks "" 8K) || fail "2 ranks: $out"
+out=$(picks "" 12K) || fail "2 ranks: $out"
 for c in broadcast allgather scatter gather; do
-  printf '%s\n' "$out" | grep -q "rank 0/2: $c runs algorithm shm " || fail "2 ranks, 8 KiB: $c did not pick shm: $(printf '%s\n' "$out" | grep 'runs algorithm')"
+  printf '%s\n' "$out" | grep -q "rank 0/2: $c runs algorithm shm " || fail "2 ranks, 12 KiB: $c did not pick shm: $(printf '%s\n' "$out" | grep 'runs algorithm')"
+done
+out=$(picks "" 8K) || fail "2 ranks: $out"
+for c in scatter gather; do
+  printf '%s\n' "$out" | grep -q "rank 0/2: $c runs algorithm shm_ll " || fail "2 ranks, 8 KiB: $c did not pick shm_ll: $(printf '%s\n' "$out" | grep 'runs algorithm')"
 done
 out=$(picks "taskset -c 0" 2M) || fail "2 ranks on one CPU: $out"
 for c in broadcast allgather; do
