@@ -48,6 +48,7 @@ KT_INTERNAL kt_result kt__scatter_shm_cma(kt__exec *ex);
 KT_INTERNAL kt_result kt__gather_shm_cma(kt__exec *ex);
 KT_INTERNAL kt_result kt__allgather_shm_cma(kt__exec *ex);
 KT_INTERNAL kt_result kt__alltoall_shm_cma(kt__exec *ex);
+KT_INTERNAL kt_result kt__alltoall_shm_ll(kt__exec *ex);
 KT_INTERNAL kt_result kt__barrier_shm_ll(kt__exec *ex);
 KT_INTERNAL kt_result kt__allreduce_shm_rsag(kt__exec *ex);
 KT_INTERNAL kt_result kt__broadcast_shm(kt__exec *ex);

@@ -8,8 +8,8 @@
  * their lines are written.
  *
  * All ranks on one host; payload per rank up to kt__shm_ll_max() bytes
- * (4456; scatter and reduce_scatter: the whole send buffer, of which
- * reduce_scatter posts all blocks but its own), chosen by the tuner up to
+ * (4456; scatter, reduce_scatter and alltoall: every block of the send
+ * buffer but the poster's own), chosen by the tuner up to
  * KAITIAN_SHM_LL_BYTES per rank. Reductions run in rank order on every rank,
  * so every rank gets bit-identical results. */
 #include "coll.h"
@@ -39,6 +39,29 @@ static kt_result reduce_all(kt__exec *ex, size_t n, size_t bytes, const void *mi
   kt__op_finalize(op, op->recvbuf, n, ex->comm->size);
   return KT_SUCCESS;
 }
+
+/* Post every block of in (size blocks of bytes) but block skip, in rank
+ * order (a reader r != skip finds its own at other_at(r, skip)), through
+ * tmp where they are not contiguous. */
+static kt_result post_others(kt__exec *ex, const char *in, size_t bytes, int skip, unsigned char *tmp) {
+  int p = ex->comm->size;
+  size_t before = (size_t)skip * bytes, after = (size_t)(p - 1 - skip) * bytes;
+  if (before + after > KT_SHM_LL_MAX)
+    return kt__err(KT_ERR_INTERNAL, "%s of %zu bytes per rank does not fit the small-message lines",
+                   kt__coll_name(ex->op->coll), bytes);
+  const void *post = in;
+  if (!bytes) post = NULL;
+  else if (skip == 0) post = in + bytes;
+  else if (after > 0) {
+    memcpy(tmp, in, before);
+    memcpy(tmp + before, in + before + bytes, after);
+    post = tmp;
+  }
+  return kt__shm_ll_post(ex, post, before + after);
+}
+
+/* Where rank r's block is among the blocks rank skip posted. */
+static size_t other_at(int r, int skip, size_t bytes) { return (size_t)(r < skip ? r : r - 1) * bytes; }
 
 kt_result kt__allreduce_shm_ll(kt__exec *ex) {
   const kt__op *op = ex->op;
@@ -70,15 +93,9 @@ kt_result kt__reduce_scatter_shm_ll(kt__exec *ex) {
   size_t n = op->count, bytes = n * kt_dtype_size(op->dtype);
   const char *in = op->sendbuf;
   _Alignas(64) unsigned char others[KT_SHM_LL_MAX], own[KT_SHM_LL_MAX], tmp[KT_SHM_LL_MAX];
-  if (bytes * (size_t)(c->size - 1) > sizeof others)
-    return kt__err(KT_ERR_INTERNAL, "reduce_scatter of %zu bytes per rank does not fit the small-message lines", bytes);
   kt__shm_op_begin(ex);
-  if (bytes) { /* (in place, recvbuf is block me of the input) */
-    memcpy(own, in + (size_t)me * bytes, bytes);
-    memcpy(others, in, (size_t)me * bytes);
-    memcpy(others + (size_t)me * bytes, in + (size_t)(me + 1) * bytes, (size_t)(c->size - 1 - me) * bytes);
-  }
-  KT_CHECK(kt__shm_ll_post(ex, others, bytes * (size_t)(c->size - 1)));
+  if (bytes) memcpy(own, in + (size_t)me * bytes, bytes); /* in place, recvbuf is block me of the input */
+  KT_CHECK(post_others(ex, in, bytes, me, others));
   KT_CHECK(kt__shm_ll_wait(ex, -1));
   if (!bytes) return KT_SUCCESS;
   kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
@@ -86,7 +103,7 @@ kt_result kt__reduce_scatter_shm_ll(kt__exec *ex) {
   for (int r = 0; r < c->size; r++) {
     char *dst = r == 0 ? op->recvbuf : (char *)tmp;
     if (r == me) memcpy(dst, own, bytes);
-    else KT_CHECK(kt__shm_ll_read(ex, r, (size_t)(me < r ? me : me - 1) * bytes, dst, bytes));
+    else KT_CHECK(kt__shm_ll_read(ex, r, other_at(me, r, bytes), dst, bytes));
     if (r > 0) reduce(op->recvbuf, op->recvbuf, tmp, n);
   }
   kt__op_finalize(op, op->recvbuf, n, c->size);
@@ -140,37 +157,42 @@ kt_result kt__gather_shm_ll(kt__exec *ex) {
   return is_root ? read_blocks(ex, op->sendbuf, op->recvbuf, bytes) : KT_SUCCESS;
 }
 
-/* The root posts every block but its own (in rank order, as
- * reduce_scatter's ranks do), which it copies itself. */
+/* The root posts every block but its own (as reduce_scatter's ranks do),
+ * which it copies itself. */
 kt_result kt__scatter_shm_ll(kt__exec *ex) {
   const kt__op *op = ex->op;
   struct kt_comm_s *c = ex->comm;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   int root = op->root;
   bool is_root = c->rank == root;
-  const char *in = op->sendbuf;
   _Alignas(64) unsigned char others[KT_SHM_LL_MAX];
-  const void *post = NULL;
-  size_t before = (size_t)root * bytes, after = (size_t)(c->size - 1 - root) * bytes;
-  if (is_root && before + after > sizeof others)
-    return kt__err(KT_ERR_INTERNAL, "scatter of %zu bytes per rank does not fit the small-message lines", bytes);
   kt__shm_op_begin(ex);
+  KT_CHECK(is_root ? post_others(ex, op->sendbuf, bytes, root, others) : kt__shm_ll_post(ex, NULL, 0));
   if (is_root && bytes) {
-    if (root == 0) {
-      post = in + bytes;
-    } else if (after == 0) {
-      post = in;
-    } else {
-      memcpy(others, in, before);
-      memcpy(others + before, in + before + bytes, after);
-      post = others;
-    }
+    const char *mine = (const char *)op->sendbuf + (size_t)root * bytes;
+    if (op->recvbuf != mine) memcpy(op->recvbuf, mine, bytes);
   }
-  KT_CHECK(kt__shm_ll_post(ex, post, is_root ? before + after : 0));
-  if (is_root && bytes && op->recvbuf != in + before) memcpy(op->recvbuf, in + before, bytes);
   KT_CHECK(kt__shm_ll_wait(ex, root));
-  if (!is_root && bytes)
-    KT_CHECK(kt__shm_ll_read(ex, root, (size_t)(c->rank < root ? c->rank : c->rank - 1) * bytes, op->recvbuf, bytes));
+  if (!is_root && bytes) KT_CHECK(kt__shm_ll_read(ex, root, other_at(c->rank, root, bytes), op->recvbuf, bytes));
+  return KT_SUCCESS;
+}
+
+/* Every rank posts the blocks of its input the others take (all but its
+ * own) and takes its block from each. */
+kt_result kt__alltoall_shm_ll(kt__exec *ex) {
+  const kt__op *op = ex->op;
+  struct kt_comm_s *c = ex->comm;
+  int me = c->rank;
+  size_t bytes = op->count * kt_dtype_size(op->dtype);
+  const char *in = op->sendbuf;
+  char *out = op->recvbuf;
+  _Alignas(64) unsigned char others[KT_SHM_LL_MAX];
+  kt__shm_op_begin(ex);
+  KT_CHECK(post_others(ex, in, bytes, me, others)); /* before out is written: in place, they share */
+  if (bytes && out != in) memcpy(out + (size_t)me * bytes, in + (size_t)me * bytes, bytes);
+  KT_CHECK(kt__shm_ll_wait(ex, -1));
+  for (int r = 0; r < c->size && bytes; r++)
+    if (r != me) KT_CHECK(kt__shm_ll_read(ex, r, other_at(me, r, bytes), out + (size_t)r * bytes, bytes));
   return KT_SUCCESS;
 }
 

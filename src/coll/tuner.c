@@ -67,6 +67,7 @@ static const algo algos[] = {
     {KT_COLL_SCATTER, "shm_cma", kt__scatter_shm_cma, SHM_CMA},
     {KT_COLL_SCATTER, "shm", kt__scatter_shm, SHM},
     {KT_COLL_ALLTOALL, "pairwise", kt__alltoallv_pairwise, ANY},
+    {KT_COLL_ALLTOALL, "shm_ll", kt__alltoall_shm_ll, SHM_LL},
     {KT_COLL_ALLTOALL, "shm_cma", kt__alltoall_shm_cma, SHM_CMA},
     {KT_COLL_ALLTOALL, "shm", kt__alltoallv_shm, SHM},
     {KT_COLL_ALLTOALLV, "pairwise", kt__alltoallv_pairwise, ANY},
@@ -163,11 +164,11 @@ static int ceil_log2(int p) {
 
 /* ll_room: the most bytes per rank (count x element size) whose payload
  * fits the small-message lines (allgather and gather: its block; scatter:
- * the root's every block but its own; reduce_scatter: every block of each
- * rank's input but its own). ll_fits: the op's does (barrier: none); the hierarchy's uneven
- * gathers and reduce-scatters stay with shm. */
+ * the root's every block but its own; reduce_scatter and alltoall: every
+ * block of each rank's input but its own). ll_fits: the op's does (barrier:
+ * none); the hierarchy's uneven gathers and reduce-scatters stay with shm. */
 static size_t ll_room(const struct kt_comm_s *c, kt__coll coll) {
-  bool whole = coll == KT_COLL_SCATTER || coll == KT_COLL_REDUCE_SCATTER; /* every other rank's block in the lines */
+  bool whole = coll == KT_COLL_SCATTER || coll == KT_COLL_REDUCE_SCATTER || coll == KT_COLL_ALLTOALL;
   return kt__shm_ll_max() / (whole && c->size > 1 ? (size_t)c->size - 1 : 1);
 }
 
@@ -238,9 +239,11 @@ static void init_ll_bytes(void) {
 
 static int64_t ll_limit(struct kt_comm_s *c, kt__coll coll) {
   if (ll_set) return ll_bytes[coll];
-  bool all_wait = coll == KT_COLL_ALLREDUCE || coll == KT_COLL_ALLGATHER || coll == KT_COLL_REDUCE_SCATTER;
+  bool all_wait = coll == KT_COLL_ALLREDUCE || coll == KT_COLL_ALLGATHER || coll == KT_COLL_REDUCE_SCATTER ||
+                  coll == KT_COLL_ALLTOALL;
   if (!all_wait) return ll_bytes[coll];
-  if (kt__shm_oversubscribed(c)) return coll == KT_COLL_ALLGATHER ? ll_bytes[coll] : LL_OVERSUBSCRIBED;
+  if (kt__shm_oversubscribed(c))
+    return coll == KT_COLL_ALLREDUCE || coll == KT_COLL_REDUCE_SCATTER ? LL_OVERSUBSCRIBED : ll_bytes[coll];
   /* Two ranks, each with a CPU: a rank reads one peer's payload, as a
    * broadcast's reader does. */
   return c->size == 2 ? (int64_t)kt__shm_ll_max() : ll_bytes[coll];

@@ -99,20 +99,20 @@ endforeach()
 # use it too, wherever a count's bytes fit.)
 foreach(np 2 3 5 8)
   kt_coll_test(coll.np${np}.shm_ll ${np} 300 "KAITIAN_ALGO=shm_ll"
-    --coll allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter,barrier --count 11)
+    --coll allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter,alltoall,barrier --count 11)
 endforeach()
 # Many lines of a slot: 185 elements (1480 bytes of float64 per rank).
 foreach(np 2 3)
   kt_coll_test(coll.np${np}.shm_ll_lines ${np} 300 "KAITIAN_ALGO=shm_ll"
-    --coll allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter --count 185)
+    --coll allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter,alltoall --count 185)
 endforeach()
 # ... and every line, near the protocol's 4456 bytes: 556 elements (4448
-# bytes of float64) per rank, at 2 ranks also scatter's and reduce_scatter's
-# (a rank posts every block but its own), at 3 ranks theirs with 278 (two
-# blocks of 2224).
+# bytes of float64) per rank, at 2 ranks also scatter's, reduce_scatter's
+# and alltoall's (a rank posts every block but its own), at 3 ranks theirs
+# with 278 (two blocks of 2224).
 kt_coll_test(coll.np2.shm_ll_full 2 300 "KAITIAN_ALGO=shm_ll"
-  --coll allreduce,broadcast,reduce,allgather,gather,scatter,reduce_scatter --count 556)
-kt_coll_test(coll.np3.shm_ll_full 3 300 "KAITIAN_ALGO=shm_ll" --coll scatter,reduce_scatter --count 278)
+  --coll allreduce,broadcast,reduce,allgather,gather,scatter,reduce_scatter,alltoall --count 556)
+kt_coll_test(coll.np3.shm_ll_full 3 300 "KAITIAN_ALGO=shm_ll" --coll scatter,reduce_scatter,alltoall --count 278)
 
 # Results written with non-temporal stores (KAITIAN_SHM_STREAM_BYTES=1: every
 # size, so odd lengths and addresses reach the copy's unaligned head and
