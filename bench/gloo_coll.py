@@ -153,6 +153,14 @@ def op_for(coll, n, count, dtype=torch.float32):
     raise ValueError(coll)
 
 
+def at_least(n, want, size):
+    """n, or more iterations where n of size bytes fall short of want bytes
+    (--iters-bytes, --warmup-bytes), as kaitian bench counts them."""
+    if not want or not size:
+        return n
+    return max(n, -(-want // size))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-C", "--coll", default="allreduce")
@@ -161,6 +169,10 @@ def main():
     ap.add_argument("-f", "--stepfactor", type=int, default=4)
     ap.add_argument("-n", "--iters", type=int, default=10)
     ap.add_argument("-w", "--warmup_iters", type=int, default=3)
+    ap.add_argument("--iters-bytes", type=parse_size, default=0,
+                    help="at least this many bytes' worth of timed iterations per size (as kaitian bench)")
+    ap.add_argument("--warmup-bytes", type=parse_size, default=0,
+                    help="the same for the warm-up")
     ap.add_argument("-d", "--datatype", default="float32", choices=sorted(DTYPES))
     ap.add_argument("-I", "--inplace", action="store_true",
                     help="accepted for kaitian bench's command line: allreduce, broadcast and reduce are in "
@@ -187,13 +199,15 @@ def main():
             if per_rank or coll == "barrier":
                 try:
                     run, check, factor, nbytes = op_for(coll, n, per_rank, dtype)
-                    for _ in range(args.warmup_iters):
+                    warmup = at_least(args.warmup_iters, args.warmup_bytes, nbytes)
+                    iters = at_least(args.iters, args.iters_bytes, nbytes)
+                    for _ in range(warmup):
                         run()
                     dist.barrier()
                     t0 = time.monotonic_ns()
-                    for _ in range(args.iters):
+                    for _ in range(iters):
                         run()
-                    local = torch.tensor([(time.monotonic_ns() - t0) / 1e3 / args.iters], dtype=torch.float64)
+                    local = torch.tensor([(time.monotonic_ns() - t0) / 1e3 / iters], dtype=torch.float64)
                     dist.all_reduce(local, op=dist.ReduceOp.MAX)
                     us = local.item()
                     wrong += check()

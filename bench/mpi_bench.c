@@ -76,6 +76,7 @@ typedef enum { T_FLOAT32, T_BFLOAT16 } dtype;
 
 typedef struct options {
   uint64_t minbytes, maxbytes, factor;
+  uint64_t iters_bytes, warmup_bytes; /* --iters-bytes, --warmup-bytes (0: off) */
   int iters, warmup, root;
   unsigned colls; /* bit per coll_id */
   dtype type;
@@ -247,20 +248,29 @@ static double now_us(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
+/* n, or more iterations where that many of size bytes fall short of want
+ * bytes (--iters-bytes, --warmup-bytes), as `kaitian bench` counts them. */
+static int at_least(int n, uint64_t want, uint64_t size) {
+  if (!want || !size) return n;
+  uint64_t k = (want + size - 1) / size;
+  return k > (uint64_t)n ? (int)(k < INT32_MAX ? k : INT32_MAX) : n;
+}
+
 /* Average time of one call on the slowest rank, microseconds. Aborts the job
  * on an MPI failure. */
-static double time_size(const bench *b, int c, size_t count) {
+static double time_size(const bench *b, int c, size_t count, uint64_t bytes) {
   layout L = make_layout(b, c, count);
   int err;
-  for (int i = 0; i < b->o.warmup; i++)
+  int warmup = at_least(b->o.warmup, b->o.warmup_bytes, bytes), iters = at_least(b->o.iters, b->o.iters_bytes, bytes);
+  for (int i = 0; i < warmup; i++)
     if ((err = run_once(b, c, &L, count)) != MPI_SUCCESS) mpi_fail(b, c, count, "warm-up", err);
   if ((err = MPI_Barrier(MPI_COMM_WORLD)) != MPI_SUCCESS)
     mpi_fail(b, c, count, "barrier before timing", err);
   double t0 = now_us();
-  for (int i = 0; i < b->o.iters; i++)
+  for (int i = 0; i < iters; i++)
     if ((err = run_once(b, c, &L, count)) != MPI_SUCCESS)
       mpi_fail(b, c, count, "timed iteration", err);
-  double local = (now_us() - t0) / b->o.iters, slowest = 0;
+  double local = (now_us() - t0) / iters, slowest = 0;
   err = MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (err != MPI_SUCCESS) mpi_fail(b, c, count, "allreduce (max) of the times", err);
   return slowest;
@@ -313,7 +323,7 @@ static long long bench_coll(bench *b, int c) {
   size_t unit = b->esize * (colls[c].total ? (size_t)b->nranks : 1);
   long long wrong_total = 0;
   if (c == C_BARRIER) { /* one row, no data */
-    double us = time_size(b, c, 0);
+    double us = time_size(b, c, 0, 0);
     if (b->rank == 0) {
       printf("barrier,0,0,%s,none,-1,%.3f,0.0000,0.0000,0\n", b->o.type == T_FLOAT32 ? "float32" : "bfloat16",
              us);
@@ -325,7 +335,7 @@ static long long bench_coll(bench *b, int c) {
        size = size ? size * b->o.factor : 1) {
     size_t count = (size_t)(size / unit), bytes = count * unit;
     if (count > 0) {
-      double us = time_size(b, c, count);
+      double us = time_size(b, c, count, bytes);
       long long wrong = check_size(b, c, count), wrong_all = 0;
       int err = MPI_Allreduce(&wrong, &wrong_all, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
       if (err != MPI_SUCCESS) mpi_fail(b, c, count, "allreduce (sum) of #wrong", err);
@@ -357,6 +367,8 @@ static void usage(FILE *f) {
       "  -f, --stepfactor N      size step factor (default 2, >= 2)\n"
       "  -n, --iters N           timed iterations per size (default 20)\n"
       "  -w, --warmup_iters N    warm-up iterations per size (default 5)\n"
+      "      --iters-bytes SIZE  at least SIZE bytes' worth of timed iterations per size\n"
+      "      --warmup-bytes SIZE the same for the warm-up (as kaitian bench)\n"
       "  -d, --datatype TYPE     float|float32 or bfloat16 (user-defined MPI_Op on\n"
       "                          MPI_UINT16_T, sums in float32; default float)\n"
       "  -o, --op OP             sum only\n"
@@ -430,7 +442,9 @@ static int parse_args(options *o, int argc, char **argv) {
       {"warmup_iters", required_argument, NULL, 'w'}, {"datatype", required_argument, NULL, 'd'},
       {"op", required_argument, NULL, 'o'}, {"root", required_argument, NULL, 'r'},
       {"coll", required_argument, NULL, 'C'}, {"inplace", no_argument, NULL, 'I'},
-      {"csv", no_argument, NULL, 'S'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+      {"csv", no_argument, NULL, 'S'}, {"help", no_argument, NULL, 'h'},
+      {"iters-bytes", required_argument, NULL, 'N'}, {"warmup-bytes", required_argument, NULL, 'W'},
+      {NULL, 0, NULL, 0}};
   int ch;
   opterr = 0;
   while ((ch = getopt_long(argc, argv, ":b:e:f:n:w:d:o:r:C:Ih", longs, NULL)) != -1) {
@@ -441,6 +455,8 @@ static int parse_args(options *o, int argc, char **argv) {
       case 'f': ok = parse_u64("-f", optarg, false, &o->factor); break;
       case 'n': ok = parse_int("-n", optarg, 1, &o->iters); break;
       case 'w': ok = parse_int("-w", optarg, 0, &o->warmup); break;
+      case 'N': ok = parse_u64("--iters-bytes", optarg, true, &o->iters_bytes); break;
+      case 'W': ok = parse_u64("--warmup-bytes", optarg, true, &o->warmup_bytes); break;
       case 'r': ok = parse_int("-r", optarg, 0, &o->root); break;
       case 'C': ok = parse_colls(optarg, &o->colls); break;
       case 'I': o->inplace = true; break;

@@ -107,12 +107,30 @@ printf '%s\n' "$out" | awk -F, '
   END { if (rows != 9) { print "TEST FAILED: expected 9 data rows, got " rows; bad = 1 } exit bad }'
 ]=])
 
+# --iters-bytes and --warmup-bytes raise the iterations of small sizes to
+# that many bytes' worth (rounded up), never below -n and -w; rank 0 says
+# so per row where they did.
+kt_bench_test(bench.iters_bytes.np2 120 2 [=[
+out=$("$1" run --no-prefix -n 2 "$1" bench --csv -C sendrecv -b 1K -e 4K -n 3 -w 1 --iters-bytes 8K --warmup-bytes 2K 2>&1)
+rc=$?
+printf '%s\n' "$out"
+[ "$rc" -eq 0 ] || { echo "TEST FAILED: kaitian bench exited with $rc"; exit 1; }
+want='# sendrecv 1024: 8 timed iterations after 2 warm-up (--iters-bytes, --warmup-bytes)
+# sendrecv 2048: 4 timed iterations after 1 warm-up (--iters-bytes, --warmup-bytes)'
+got=$(printf '%s\n' "$out" | grep '^# sendrecv ')
+[ "$got" = "$want" ] || { echo "TEST FAILED: iteration lines differ from:"; echo "$want"; exit 1; }
+[ "$(printf '%s\n' "$out" | grep -c '^sendrecv,')" = 3 ] || { echo "TEST FAILED: expected 3 data rows"; exit 1; }
+err=$("$1" bench --iters-bytes -5 2>&1)
+[ $? -eq 2 ] || { echo "TEST FAILED: --iters-bytes -5 accepted"; exit 1; }
+exit 0
+]=])
+
 # -h documents every flag; a bad flag is a usage error (exit 2) that names it.
 kt_bench_test(bench.help 30 1 [=[
 out=$("$1" bench -h)
 rc=$?
 [ "$rc" -eq 0 ] || { echo "TEST FAILED: kaitian bench -h exited with $rc"; exit 1; }
-for f in ' -b,' ' -e,' ' -f,' ' -n,' ' -w,' ' -d,' ' -o,' ' -r,' ' -c,' ' -C,' ' -I,' '--csv' '--inject-error' ' -h,' \
+for f in ' -b,' ' -e,' ' -f,' ' -n,' ' -w,' '--iters-bytes' '--warmup-bytes' ' -d,' ' -o,' ' -r,' ' -c,' ' -C,' ' -I,' '--csv' '--inject-error' ' -h,' \
          'size count type redop root time algbw busbw #wrong'; do
   printf '%s\n' "$out" | grep -q -e "$f" || { echo "TEST FAILED: -h does not document '$f'"; exit 1; }
 done

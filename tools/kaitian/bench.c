@@ -61,6 +61,7 @@ static double bus_factor(enum bus_kind k, int n) {
 
 typedef struct options {
   uint64_t minbytes, maxbytes, factor;
+  uint64_t iters_bytes, warmup_bytes; /* --iters-bytes, --warmup-bytes (0: off) */
   int iters, warmup, check, root;
   kt_dtype dtype;
   kt_op op;
@@ -102,6 +103,11 @@ static void print_help(FILE *f) {
       "  -f, --stepfactor N      multiply the size by N each step (default 2, >= 2)\n"
       "  -n, --iters N           timed iterations per size (default 20)\n"
       "  -w, --warmup_iters N    untimed warm-up iterations per size (default 5)\n"
+      "      --iters-bytes SIZE  at least SIZE bytes' worth of timed iterations per\n"
+      "                          size (more than -n where SIZE / size is more): on a\n"
+      "                          link shaped by a token bucket, timed traffic well\n"
+      "                          beyond its burst measures the rate, not the bucket\n"
+      "      --warmup-bytes SIZE the same for the warm-up (which then drains the bucket)\n"
       "  -d, --datatype TYPE     int8 uint8 int32 int64 half|float16 bfloat16\n"
       "                          float|float32 double|float64 bool (default float)\n"
       "  -o, --op OP             sum prod min max avg band bor bxor (default sum);\n"
@@ -213,12 +219,13 @@ static bool parse_colls(const char *s, unsigned *out) {
   return true;
 }
 
-enum { OPT_B, OPT_E, OPT_F, OPT_N, OPT_W, OPT_D, OPT_O, OPT_R, OPT_C, OPT_COLL, OPT_I, OPT_M, OPT_CSV,
+enum { OPT_B, OPT_E, OPT_F, OPT_N, OPT_W, OPT_NB, OPT_WB, OPT_D, OPT_O, OPT_R, OPT_C, OPT_COLL, OPT_I, OPT_M, OPT_CSV,
        OPT_INJECT, OPT_HELP };
 static const struct { char shortname; const char *longname; bool arg; } optdefs[] = {
     [OPT_B] = {'b', "minbytes", true},   [OPT_E] = {'e', "maxbytes", true},
     [OPT_F] = {'f', "stepfactor", true}, [OPT_N] = {'n', "iters", true},
-    [OPT_W] = {'w', "warmup_iters", true}, [OPT_D] = {'d', "datatype", true},
+    [OPT_W] = {'w', "warmup_iters", true}, [OPT_NB] = {0, "iters-bytes", true},
+    [OPT_WB] = {0, "warmup-bytes", true}, [OPT_D] = {'d', "datatype", true},
     [OPT_O] = {'o', "op", true},         [OPT_R] = {'r', "root", true},
     [OPT_C] = {'c', "check", true},      [OPT_COLL] = {'C', "coll", true},
     [OPT_I] = {'I', "inplace", false},   [OPT_M] = {'M', "registered", false},
@@ -254,6 +261,8 @@ static bool set_opt(options *o, int id, const char *name, const char *v) {
     case OPT_B: return parse_num(name, v, true, UINT64_MAX / 2, &o->minbytes);
     case OPT_E: return parse_num(name, v, true, UINT64_MAX / 2, &o->maxbytes);
     case OPT_F: return parse_num(name, v, false, 1u << 20, &o->factor);
+    case OPT_NB: return parse_num(name, v, true, UINT64_MAX / 2, &o->iters_bytes);
+    case OPT_WB: return parse_num(name, v, true, UINT64_MAX / 2, &o->warmup_bytes);
     case OPT_D: return parse_dtype(v, &o->dtype);
     case OPT_O: return parse_op(v, &o->op);
     case OPT_COLL: return parse_colls(v, &o->colls);
@@ -454,20 +463,32 @@ static double now_us(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
+/* n, or more iterations where that many of size bytes fall short of want
+ * bytes (--iters-bytes, --warmup-bytes; every rank computes the same). */
+static int at_least(int n, uint64_t want, uint64_t size) {
+  if (!want || !size) return n;
+  uint64_t k = (want + size - 1) / size;
+  return k > (uint64_t)n ? (int)(k < INT32_MAX ? k : INT32_MAX) : n;
+}
+
 /* *us = average time of one iteration on the slowest rank, in microseconds.
  * Returns 0, or -1 after printing a library failure. */
-static int time_size(const bench *b, int c, size_t count, double *us) {
+static int time_size(const bench *b, int c, size_t count, uint64_t bytes, double *us) {
   layout L = make_layout(b, c, count);
   kt_result r;
-  for (int i = 0; i < b->o.warmup; i++)
+  int warmup = at_least(b->o.warmup, b->o.warmup_bytes, bytes), iters = at_least(b->o.iters, b->o.iters_bytes, bytes);
+  if (b->rank == 0 && (iters != b->o.iters || warmup != b->o.warmup))
+    printf("# %s %llu: %d timed iterations after %d warm-up (--iters-bytes, --warmup-bytes)\n", colls[c].name,
+           (unsigned long long)bytes, iters, warmup);
+  for (int i = 0; i < warmup; i++)
     if ((r = run_once(b, c, &L, count)) != KT_SUCCESS) return lib_fail(b, c, count, "warm-up", r);
   if ((r = kt_barrier(b->comm)) != KT_SUCCESS)
     return lib_fail(b, c, count, "barrier before timing", r);
   double t0 = now_us();
-  for (int i = 0; i < b->o.iters; i++)
+  for (int i = 0; i < iters; i++)
     if ((r = run_once(b, c, &L, count)) != KT_SUCCESS)
       return lib_fail(b, c, count, "timed iteration", r);
-  double local = (now_us() - t0) / b->o.iters;
+  double local = (now_us() - t0) / iters;
   r = kt_allreduce(&local, us, 1, KT_FLOAT64, KT_MAX, b->comm);
   if (r != KT_SUCCESS) return lib_fail(b, c, count, "allreduce (max) of the times", r);
   return 0;
@@ -514,7 +535,7 @@ static void print_table_head(const bench *b, int c) {
 static int bench_barrier(bench *b) {
   double us;
   print_table_head(b, C_BARRIER);
-  if (time_size(b, C_BARRIER, 0, &us)) return -1;
+  if (time_size(b, C_BARRIER, 0, 0, &us)) return -1;
   if (b->rank == 0) print_row(b, C_BARRIER, 0, 0, us, 0.0, 0.0, false, 0);
   return 0;
 }
@@ -530,7 +551,7 @@ static int bench_coll(bench *b, int c) {
     double us = 0;
     int64_t wrong = 0, wrong_all = 0;
     if (count > 0) {
-      if (time_size(b, c, count, &us)) return -1;
+      if (time_size(b, c, count, bytes, &us)) return -1;
       if (b->o.check) {
         if (check_size(b, c, count, &wrong)) return -1;
         kt_result r = kt_allreduce(&wrong, &wrong_all, 1, KT_INT64, KT_SUM, b->comm);
@@ -562,6 +583,9 @@ static void print_preamble(const bench *b) {
   printf("# sizes %llu .. %llu bytes, factor %llu; time = average over the iterations of the "
          "slowest rank\n", (unsigned long long)o->minbytes, (unsigned long long)o->maxbytes,
          (unsigned long long)o->factor);
+  if (o->iters_bytes || o->warmup_bytes)
+    printf("# more iterations at small sizes: at least %llu bytes timed and %llu warmed up per size\n",
+           (unsigned long long)o->iters_bytes, (unsigned long long)o->warmup_bytes);
   if (o->inject)
     printf("# --inject-error: one output element per checked size is corrupted on purpose "
            "(self-test of the checker); this run must fail\n");
