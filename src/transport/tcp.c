@@ -137,7 +137,6 @@ struct peer {
 #define STATUS_FIRST_NS 1000000000LL    /* an op waits this long before its first status notice */
 #define STATUS_MAX_NS 60000000000LL     /* notices then double their interval up to this */
 #define POLL_SLICE_MS 250               /* longest sleep of a wait between checks */
-#define TCP_SPIN_MAX_BYTES 65536        /* largest op (op_bytes) whose waits spin first */
 #define TCP_SPIN_CAP_NS 10000000LL      /* KAITIAN_TCP_SPIN_NS above this is cut to it */
 
 struct kt__tcp {
@@ -153,7 +152,6 @@ struct kt__tcp {
   int64_t sendwait_ns;            /* when a stalled kt_send tells its receiver (CTRL_SENDWAIT, CTRL_PROBE) */
   int64_t sendwait_gap_ns;
   int64_t spin_ns;       /* KAITIAN_TCP_SPIN_NS (at most TCP_SPIN_CAP_NS) */
-  bool spin_op;          /* the op in progress is small enough to spin (kt__net_op_begin) */
   int64_t idle_since_ns; /* when progress last found nothing to move (0: it moved since) */
 };
 
@@ -950,12 +948,14 @@ kt_result kt__net_progress(kt__exec *ex, bool block) {
     if (moved) t->idle_since_ns = 0;
     return KT_SUCCESS;
   }
-  /* Nothing could move: in an op of up to TCP_SPIN_MAX_BYTES (op_bytes), for
-   * KAITIAN_TCP_SPIN_NS try again, yielding the CPU between tries (a peer's
-   * bytes often arrive within microseconds, sooner than a sleeping rank wakes
-   * up); the caller loops back here. Larger ops move bytes most of the time
-   * and are bound by the link or the copies, which spinning would slow. */
-  if (t->spin_op) {
+  /* Nothing could move: for KAITIAN_TCP_SPIN_NS try again, yielding the
+   * CPU between tries (a peer's bytes often arrive within microseconds,
+   * sooner than a sleeping rank wakes up); the caller loops back here.
+   * Until 2026-11-28 only ops of up to 64 KiB spun, on the view that larger
+   * ones are bound by the link or the copies; at 2 hosts x 1 rank on
+   * 10 Gbit/s, allgather and reduce_scatter of 256 KiB then ran at 55-63%
+   * of the link (docs/algorithms.md). */
+  if (t->spin_ns > 0) {
     int64_t now = kt__now_ns();
     if (t->idle_since_ns == 0) t->idle_since_ns = now;
     if (now - t->idle_since_ns < t->spin_ns) {
@@ -1023,28 +1023,10 @@ kt_result kt__net_check_peers(kt__exec *ex) {
   return KT_SUCCESS;
 }
 
-/* Bytes of the whole op, on any rank alike: every block of a collective whose
- * count is per rank, the sum of a v-collective's counts, the larger
- * direction of a sendrecv. */
-static size_t op_bytes(const kt__op *op, int p) {
-  size_t n = op->count;
-  if (op->counts) {
-    n = 0;
-    for (int r = 0; r < p; r++) n += op->counts[r] + (op->counts2 ? op->counts2[r] : 0);
-  } else if (op->coll == KT_COLL_ALLGATHER || op->coll == KT_COLL_REDUCE_SCATTER || op->coll == KT_COLL_ALLTOALL ||
-             op->coll == KT_COLL_GATHER || op->coll == KT_COLL_SCATTER) {
-    n *= (size_t)p;
-  } else if (op->coll == KT_COLL_SENDRECV) {
-    n = KT_MAX(op->count, op->count2);
-  }
-  return n * kt_dtype_size(op->dtype);
-}
-
 void kt__net_op_begin(kt__exec *ex) {
   struct kt__tcp *t = ex->comm->tcp;
   if (!t) return;
   t->idle_since_ns = 0; /* each op's first wait may spin */
-  t->spin_op = t->spin_ns > 0 && op_bytes(ex->op, ex->comm->size) <= TCP_SPIN_MAX_BYTES;
   const kt__op *op = ex->op;
   t->sendwait_ns = op->coll == KT_COLL_SEND ? kt__now_ns() + STATUS_FIRST_NS : INT64_MAX;
   t->sendwait_gap_ns = STATUS_FIRST_NS;
