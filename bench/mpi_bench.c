@@ -455,8 +455,17 @@ static int parse_args(options *o, int argc, char **argv) {
       case 'f': ok = parse_u64("-f", optarg, false, &o->factor); break;
       case 'n': ok = parse_int("-n", optarg, 1, &o->iters); break;
       case 'w': ok = parse_int("-w", optarg, 0, &o->warmup); break;
-      case 'N': ok = parse_u64("--iters-bytes", optarg, true, &o->iters_bytes); break;
-      case 'W': ok = parse_u64("--warmup-bytes", optarg, true, &o->warmup_bytes); break;
+      case 'N':
+      case 'W': {
+        uint64_t *v = ch == 'N' ? &o->iters_bytes : &o->warmup_bytes;
+        ok = parse_u64(ch == 'N' ? "--iters-bytes" : "--warmup-bytes", optarg, true, v);
+        if (ok && *v > UINT64_MAX / 2) {
+          fprintf(stderr, "mpi_bench: %s: at most %llu\n", ch == 'N' ? "--iters-bytes" : "--warmup-bytes",
+                  (unsigned long long)(UINT64_MAX / 2));
+          ok = false;
+        }
+        break;
+      }
       case 'r': ok = parse_int("-r", optarg, 0, &o->root); break;
       case 'C': ok = parse_colls(optarg, &o->colls); break;
       case 'I': o->inplace = true; break;

@@ -94,8 +94,8 @@ kt_result kt__reduce_scatter_shm_ll(kt__exec *ex) {
   const char *in = op->sendbuf;
   _Alignas(64) unsigned char others[KT_SHM_LL_MAX], own[KT_SHM_LL_MAX], tmp[KT_SHM_LL_MAX];
   kt__shm_op_begin(ex);
+  KT_CHECK(post_others(ex, in, bytes, me, others)); /* checks the size too */
   if (bytes) memcpy(own, in + (size_t)me * bytes, bytes); /* in place, recvbuf is block me of the input */
-  KT_CHECK(post_others(ex, in, bytes, me, others));
   KT_CHECK(kt__shm_ll_wait(ex, -1));
   if (!bytes) return KT_SUCCESS;
   kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);

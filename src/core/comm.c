@@ -390,6 +390,25 @@ static kt_result collect_links(struct kt_comm_s *c, kt_store store, const int *l
   return KT_SUCCESS;
 }
 
+/* Rank 0, whose own probe of link mine failed: a failed probe elsewhere
+ * aborts the others' (the failing rank's abort reaches every peer), so the
+ * first link away from rank 0 whose failure is already in the store is
+ * named instead, if there is one (without waiting). */
+static int first_failed_link(struct kt_comm_s *c, kt_store store, int nlinks, int mine) {
+  for (int i = 1; i < nlinks - 1; i++) { /* links 0 and nlinks - 1 are rank 0's */
+    char key[320];
+    const char *keys[1] = {key};
+    int ready = 0;
+    double rate = 0;
+    size_t len = 0;
+    snprintf(key, sizeof key, "%s/link/%d", c->prefix, i);
+    if (kt_store_check(store, keys, 1, &ready) == KT_SUCCESS && ready &&
+        kt_store_get(store, key, &rate, sizeof rate, &len, 1000) == KT_SUCCESS && len == sizeof rate && rate < 0)
+      return i;
+  }
+  return mine;
+}
+
 static kt_result link_probe(struct kt_comm_s *c, kt_store store, const kt__tcp_addr *all) {
   int *lead = kt__calloc((size_t)c->size, sizeof *lead), n = 0, h = -1;
   if (!lead) return KT_ERR_NO_MEMORY;
@@ -416,6 +435,7 @@ static kt_result link_probe(struct kt_comm_s *c, kt_store store, const kt__tcp_a
   else if (h >= 0) {
     int failed = 0;
     r = probe_links(c, store, lead, n, nlinks, h, &failed);
+    if (r != KT_SUCCESS && c->rank == 0) failed = first_failed_link(c, store, nlinks, failed);
     v.from = lead[failed], v.to = lead[(failed + 1) % n];
   }
   if (c->rank == 0) {

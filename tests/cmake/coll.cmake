@@ -216,6 +216,38 @@ foreach(np 3 5)
     --coll allreduce,broadcast,reduce,allgather,gather,barrier --count 109)
 endforeach()
 
+# The tuner's small-message picks at their largest (2 ranks with a CPU
+# each): every line (4456 bytes) for broadcast, reduce, allreduce (4 KiB
+# per rank) and for allgather, gather, scatter, reduce_scatter and alltoall
+# at 8 KiB (4 KiB blocks: a rank posts every block but its own), so the
+# forced shm_ll runs above cannot have fallen back to another algorithm
+# unnoticed; with the 2 ranks on one CPU, allreduce (4 KiB per rank) and
+# reduce_scatter (2 KiB blocks) keep the region algorithms (the bench's own
+# 8-byte allreduces run shm_ll there too). Skipped (77) where fewer than 2
+# CPUs are allowed.
+add_test(NAME coll.tuner_ll_picks COMMAND sh -c [=[
+kt=$1; fail() { echo "TEST FAILED: $*"; exit 1; }
+[ "$(OMP_NUM_THREADS= OMP_THREAD_LIMIT= nproc)" -ge 2 ] || { echo "SKIP: fewer than 2 CPUs allowed"; exit 77; }
+command -v taskset >/dev/null || { echo "SKIP: no taskset"; exit 77; }
+picks() { KAITIAN_DEBUG=INFO $1 "$kt" run -n 2 "$kt" bench -C "$2" -b "$3" -e "$3" -n 1 -w 0 -c 1 2>&1; }
+expect() { # OUT ALGO COLL...
+  out=$1 algo=$2; shift 2
+  for c in "$@"; do
+    printf '%s\n' "$out" | grep -q "rank 0/2: $c runs algorithm $algo " ||
+      fail "$c did not pick $algo: $(printf '%s\n' "$out" | grep "$c runs algorithm")"
+  done
+}
+out=$(picks "" broadcast,reduce,allreduce 4K) || fail "2 ranks: $out"
+expect "$out" shm_ll broadcast reduce allreduce
+out=$(picks "" allgather,gather,scatter,reduce_scatter,alltoall 8K) || fail "2 ranks: $out"
+expect "$out" shm_ll allgather gather scatter reduce_scatter alltoall
+out=$(picks "taskset -c 0" allreduce,reduce_scatter 4K) || fail "2 ranks on one CPU: $out"
+expect "$out" shm_oneshot allreduce
+expect "$out" shm reduce_scatter
+echo PASS]=] sh ${KT_CLI})
+set_tests_properties(coll.tuner_ll_picks PROPERTIES TIMEOUT 300 LABELS "coll" PROCESSORS 2 SKIP_RETURN_CODE 77
+  ENVIRONMENT "KAITIAN_TIMEOUT=60000")
+
 # Single-copy allreduce: buffers from kt_mem_alloc and single-copy from 1
 # byte up (through shm_oneshot up to 64 KiB, shm_rsag above); then buffers
 # registered on rank 0 only, with small regions, so the ranks disagree and

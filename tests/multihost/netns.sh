@@ -67,9 +67,9 @@
 #   allreduce of 32 KiB must run recursive doubling with KAITIAN_LINK_MBITS=0
 #   (links not modelled) and halving-doubling with KAITIAN_LINK_MBITS=1000
 #   and, KAITIAN_LINK_MBITS unset, with node 1's link shaped to 1 Gbit/s
-#   (tbf, where the kernel has it), then node 3's (on none of rank 0's
-#   links): the slowest link measured must be 500-2500 Mbit/s and one of
-#   the shaped node's.
+#   (tbf, where the kernel has it), then node 3's (not on rank 0's link to
+#   rank 1, the one link a single probe from rank 0 measured): the slowest
+#   link measured must be 500-2500 Mbit/s and one of the shaped node's.
 # After each job no process may remain in any node. Namespaces, bridge and
 # veths are always removed (trap EXIT); the test checks that none is left.
 # Needs root; exits 77 (skipped) only where `ip netns add` fails.
@@ -429,7 +429,7 @@ if [ "$MODE" = kill ]; then
     done
     sleep 0.5
     vpid=$(ip netns pids "$(node_ns 2)" | while read -r p; do
-      grep -q fault_prog "/proc/$p/cmdline" 2>/dev/null && ! grep -q "kaitian" "/proc/$p/cmdline" && echo "$p"; done | head -n 1)
+      [ "$(cat "/proc/$p/comm" 2>/dev/null)" = fault_prog ] && echo "$p"; done | head -n 1)
     [ -n "$vpid" ] || fail "probekill: no fault_prog process in node 2"
     kill_ms=$(date +%s%3N)
     kill_rank probekill 2 "$vpid"
@@ -621,8 +621,8 @@ if [ "$MODE" = hier ]; then
       echo "note: tbf is not available ($(head -n 1 "$TMP/tc.log")); the measured case is skipped"
     fi
   }
-  # Node 1 is on rank 0's own links; node 3 on two links rank 0's probe
-  # would not measure with 2 hosts' single probe (ranks 2 to 3 and 3 to 0).
+  # Node 1 is on rank 0's link to rank 1; node 3 is not (its links are
+  # ranks 2 to 3 and 3 to 0), where a single probe from rank 0 saw nothing.
   shaped_job 1 "rank 0 to rank 1|rank 1 to rank 2"
   shaped_job 3 "rank 2 to rank 3|rank 3 to rank 0"
   NPROCS=""
