@@ -7,7 +7,7 @@
  * broadcast or scatter and the non-roots of a reduce or gather return once
  * their lines are written.
  *
- * All ranks on one host; payload per rank up to kt__shm_ll_max() bytes
+ * All ranks on one host; payload per rank up to KT_SHM_LL_MAX bytes
  * (4456; scatter, reduce_scatter and alltoall: every block of the send
  * buffer but the poster's own), chosen by the tuner up to
  * KAITIAN_SHM_LL_BYTES per rank. Reductions run in rank order on every rank,
@@ -124,14 +124,12 @@ kt_result kt__broadcast_shm_ll(kt__exec *ex) {
 }
 
 /* Every rank's block (bytes each) into out, in rank order: this rank's
- * from mine (NULL: from its own lines), the others' from their lines. */
+ * from mine, the others' from their lines. */
 static kt_result read_blocks(kt__exec *ex, const void *mine, char *out, size_t bytes) {
   for (int r = 0; r < ex->comm->size && bytes; r++) {
-    if (r == ex->comm->rank && mine) {
-      if (mine != out + (size_t)r * bytes) memcpy(out + (size_t)r * bytes, mine, bytes);
-    } else {
-      KT_CHECK(kt__shm_ll_read(ex, r, 0, out + (size_t)r * bytes, bytes));
-    }
+    char *dst = out + (size_t)r * bytes;
+    if (r != ex->comm->rank) KT_CHECK(kt__shm_ll_read(ex, r, 0, dst, bytes));
+    else if (mine != dst) memcpy(dst, mine, bytes);
   }
   return KT_SUCCESS;
 }

@@ -169,7 +169,7 @@ static int ceil_log2(int p) {
  * none); the hierarchy's uneven gathers and reduce-scatters stay with shm. */
 static size_t ll_room(const struct kt_comm_s *c, kt__coll coll) {
   bool whole = coll == KT_COLL_SCATTER || coll == KT_COLL_REDUCE_SCATTER || coll == KT_COLL_ALLTOALL;
-  return kt__shm_ll_max() / (whole && c->size > 1 ? (size_t)c->size - 1 : 1);
+  return KT_SHM_LL_MAX / (whole && c->size > 1 ? (size_t)c->size - 1 : 1);
 }
 
 static bool ll_fits(const struct kt_comm_s *c, const kt__op *op) {
@@ -233,8 +233,8 @@ static void init_ll_bytes(void) {
   ll_set = kt__param_set_SHM_LL_BYTES();
   for (int cl = 0; cl < KT_COLL_COUNT; cl++) ll_bytes[cl] = ll_set ? v : LL_ALL_TO_ALL;
   if (ll_set) return;
-  ll_bytes[KT_COLL_BROADCAST] = ll_bytes[KT_COLL_SCATTER] = (int64_t)kt__shm_ll_max();
-  ll_bytes[KT_COLL_REDUCE] = ll_bytes[KT_COLL_GATHER] = (int64_t)kt__shm_ll_max();
+  ll_bytes[KT_COLL_BROADCAST] = ll_bytes[KT_COLL_SCATTER] = ll_bytes[KT_COLL_REDUCE] = ll_bytes[KT_COLL_GATHER] =
+      KT_SHM_LL_MAX;
 }
 
 static int64_t ll_limit(struct kt_comm_s *c, kt__coll coll) {
@@ -246,7 +246,7 @@ static int64_t ll_limit(struct kt_comm_s *c, kt__coll coll) {
     return coll == KT_COLL_ALLREDUCE || coll == KT_COLL_REDUCE_SCATTER ? LL_OVERSUBSCRIBED : ll_bytes[coll];
   /* Two ranks, each with a CPU: a rank reads one peer's payload, as a
    * broadcast's reader does. */
-  return c->size == 2 ? (int64_t)kt__shm_ll_max() : ll_bytes[coll];
+  return c->size == 2 ? KT_SHM_LL_MAX : ll_bytes[coll];
 }
 
 static void init_tuner(void) {

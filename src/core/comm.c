@@ -162,6 +162,18 @@ static kt_result hosts_build(struct kt_comm_s *c, const int *hostof, int nhosts)
   return KT_SUCCESS;
 }
 
+/* Hosts numbered in order of their lowest rank: hostof[j] for each of the n
+ * ranks; returns how many hosts. */
+static int number_hosts(const kt__tcp_addr *all, int n, int *hostof) {
+  int nhosts = 0;
+  for (int j = 0; j < n; j++) {
+    int h = 0;
+    while (h < j && strcmp(all[h].hostid, all[j].hostid) != 0) h++;
+    hostof[j] = h == j ? nhosts++ : hostof[h];
+  }
+  return nhosts;
+}
+
 /* Split c into the children of one level of hierarchy (see comm.h); every
  * rank computes the same layout from the addresses, so every rank splits. */
 static kt_result setup_hierarchy(struct kt_comm_s *c, const kt__tcp_addr *all) {
@@ -173,10 +185,8 @@ static kt_result setup_hierarchy(struct kt_comm_s *c, const kt__tcp_addr *all) {
     res = KT_ERR_NO_MEMORY;
     goto exit;
   }
-  for (int j = 0; j < n; j++) { /* hosts numbered in order of their lowest rank */
-    int h = 0;
-    while (h < j && strcmp(all[h].hostid, all[j].hostid) != 0) h++;
-    hostof[j] = h == j ? nhosts++ : hostof[h];
+  nhosts = number_hosts(all, n, hostof);
+  for (int j = 0; j < n; j++) {
     if (j == c->rank) {
       host = hostof[j];
       lrank = count[host];
@@ -338,6 +348,11 @@ static kt_result probe_pair(struct kt_comm_s *c, int other, bool send, double *r
   return KT_SUCCESS;
 }
 
+/* The store key of link i's rate: <prefix>/link/<i>. */
+static void link_key(const struct kt_comm_s *c, int i, char *key, size_t cap) {
+  snprintf(key, cap, "%s/link/%d", c->prefix, i);
+}
+
 /* The round of link i of n hosts' ring (above). */
 static int link_round(int i, int n) { return n % 2 == 1 && i == n - 1 ? 2 : i % 2; }
 
@@ -358,7 +373,7 @@ static kt_result probe_links(struct kt_comm_s *c, kt_store store, const int *lea
     kt_result r = probe_pair(c, other, send, &rate);
     if (!send || r != KT_SUCCESS) {
       char key[320];
-      snprintf(key, sizeof key, "%s/link/%d", c->prefix, i);
+      link_key(c, i, key, sizeof key);
       if (r != KT_SUCCESS) rate = -1;
       kt_result w = kt_store_set(store, key, &rate, sizeof rate);
       if (r == KT_SUCCESS) r = w;
@@ -378,7 +393,7 @@ static kt_result collect_links(struct kt_comm_s *c, kt_store store, const int *l
   for (int i = 0; i < nlinks; i++) {
     char key[320];
     double rate = -1;
-    snprintf(key, sizeof key, "%s/link/%d", c->prefix, i);
+    link_key(c, i, key, sizeof key);
     kt_result r = store_get_exact(store, key, &rate, sizeof rate);
     if (r != KT_SUCCESS || !(rate >= 0)) rate = -1;
     if (i == 0 || rate < v->rate) *v = (link_verdict){rate, lead[i], lead[(i + 1) % n]};
@@ -401,7 +416,7 @@ static int first_failed_link(struct kt_comm_s *c, kt_store store, int nlinks, in
     int ready = 0;
     double rate = 0;
     size_t len = 0;
-    snprintf(key, sizeof key, "%s/link/%d", c->prefix, i);
+    link_key(c, i, key, sizeof key);
     if (kt_store_check(store, keys, 1, &ready) == KT_SUCCESS && ready &&
         kt_store_get(store, key, &rate, sizeof rate, &len, 1000) == KT_SUCCESS && len == sizeof rate && rate < 0)
       return i;
@@ -410,15 +425,11 @@ static int first_failed_link(struct kt_comm_s *c, kt_store store, int nlinks, in
 }
 
 static kt_result link_probe(struct kt_comm_s *c, kt_store store, const kt__tcp_addr *all) {
-  int *lead = kt__calloc((size_t)c->size, sizeof *lead), n = 0, h = -1;
+  int *lead = kt__calloc(2 * (size_t)c->size, sizeof *lead), *hostof = lead + c->size;
   if (!lead) return KT_ERR_NO_MEMORY;
-  for (int j = 0; j < c->size; j++) {
-    int i = 0;
-    while (i < j && strcmp(all[i].hostid, all[j].hostid) != 0) i++;
-    if (i < j) continue;
-    if (j == c->rank) h = n;
-    lead[n++] = j;
-  }
+  int n = number_hosts(all, c->size, hostof);
+  for (int j = c->size - 1; j >= 0; j--) lead[hostof[j]] = j; /* each host's lowest rank */
+  int h = lead[hostof[c->rank]] == c->rank ? hostof[c->rank] : -1;
   kt_result r = KT_SUCCESS;
   if (n < 2) goto done; /* one host: no link */
   int nlinks = n == 2 ? 1 : n; /* two hosts: one link, measured one way */
@@ -457,15 +468,15 @@ static kt_result link_probe(struct kt_comm_s *c, kt_store store, const kt__tcp_a
   if (c->rank == 0 && mbits >= 0)
     KT_INFO("rank 0: links between hosts taken as %lld Mbit/s (KAITIAN_LINK_MBITS)%s", (long long)mbits,
             mbits ? "" : ": not modelled");
-  else if (c->rank == 0 && nlinks == 1)
-    KT_INFO("rank 0: links between hosts measured at %.0f Mbit/s (rank %d to rank %d; the last %d of %d messages of %zu "
-            "KiB; %.0f ms)", v.rate * 8.0, (int)v.from, (int)v.to, PROBE_TIMED, PROBE_MSGS, PROBE_BYTES >> 10,
-            (double)(kt__now_ns() - t0) / 1e6);
-  else if (c->rank == 0)
-    KT_INFO("rank 0: links between hosts measured at %.0f Mbit/s (rank %d to rank %d, the slowest of the %d between the "
-            "hosts' first ranks, the fastest %.0f Mbit/s; the last %d of %d messages of %zu KiB; %.0f ms)",
-            v.rate * 8.0, (int)v.from, (int)v.to, nlinks, fastest * 8.0, PROBE_TIMED, PROBE_MSGS, PROBE_BYTES >> 10,
-            (double)(kt__now_ns() - t0) / 1e6);
+  else if (c->rank == 0) {
+    char among[128] = "";
+    if (nlinks > 1)
+      snprintf(among, sizeof among, ", the slowest of the %d between the hosts' first ranks, the fastest %.0f Mbit/s",
+               nlinks, fastest * 8.0);
+    KT_INFO("rank 0: links between hosts measured at %.0f Mbit/s (rank %d to rank %d%s; the last %d of %d messages of "
+            "%zu KiB; %.0f ms)", v.rate * 8.0, (int)v.from, (int)v.to, among, PROBE_TIMED, PROBE_MSGS,
+            PROBE_BYTES >> 10, (double)(kt__now_ns() - t0) / 1e6);
+  }
 done:
   free(lead);
   return r;

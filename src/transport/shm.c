@@ -1184,8 +1184,6 @@ bool kt__shm_direct_ok(kt__exec *ex, int r) {
  * next op that waits for all, and at most SHM_LL_AHEAD small ops later. */
 enum { LL_CMP_NONE = -1, LL_CMP_ALL = -2 };
 
-size_t kt__shm_ll_max(void) { return LL_MAX_BYTES; }
-
 static size_t ll_lines(size_t bytes) { return bytes <= LL_FIRST ? 1 : 1 + (bytes - LL_FIRST + 55) / 56; }
 static int ll_slot(uint64_t k) { return (int)(k % SHM_LL_SLOTS); }
 

@@ -62,7 +62,7 @@ KT_INTERNAL kt_result kt__shm_wait(kt__exec *ex, int r, uint64_t target);
  * KT_ERR_MISMATCH naming both sides. */
 KT_INTERNAL kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int src, void *rbuf,
                                   size_t rlen, uint32_t tag);
-/* The small-message protocol (up to kt__shm_ll_max() bytes per rank): each
+/* The small-message protocol (up to KT_SHM_LL_MAX bytes per rank): each
  * op, every rank posts its payload (NULL, 0: none) with kt__shm_ll_post;
  * kt__shm_ll_wait(r) waits until rank r has posted this op (-1: every rank;
  * r == this rank: nobody) and compares the signatures of those waited for;
@@ -73,7 +73,6 @@ KT_INTERNAL kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_
  * are compared). */
 #define KT_SHM_LL_LINES 80 /* lines per small-message slot */
 #define KT_SHM_LL_MAX (32 + (KT_SHM_LL_LINES - 1) * 56) /* payload bytes: line 0 holds 32, the others 56 */
-KT_INTERNAL size_t kt__shm_ll_max(void);
 KT_INTERNAL kt_result kt__shm_ll_post(kt__exec *ex, const void *payload, size_t bytes);
 KT_INTERNAL kt_result kt__shm_ll_wait(kt__exec *ex, int r);
 KT_INTERNAL kt_result kt__shm_ll_read(kt__exec *ex, int r, size_t off, void *dst, size_t bytes);

@@ -436,11 +436,11 @@ if [ "$MODE" = kill ]; then
     for r in 0 1; do
       line=$(grep -m1 "kt_comm_init_env failed" "$TMP/probekill.$r.err") ||
         fail "probekill: rank $r printed no failed communicator creation"
-      echo "$line" | grep -Eq "link (from|to) rank 2|link from rank 2 to rank 0" ||
+      echo "$line" | grep -Eq "link (from|to) rank 2" ||
         fail "probekill: rank $r's error does not name the probe of rank 2's link: $line"
       echo "  $line" | cut -c1-300
     done
-    end_ms=$(stat -c %Y "$TMP/probekill.1.err")000
+    end_ms=$(stat -c %.3Y "$TMP/probekill.1.err" | tr -d .)
     [ $((end_ms - kill_ms)) -lt 10000 ] || fail "probekill: rank 1's error came more than 10 s after the kill"
     check_no_procs probekill
     tc -n "$(node_ns 2)" qdisc del dev ktv0 root
