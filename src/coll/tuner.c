@@ -330,14 +330,19 @@ static void init_ll_cut(struct kt_comm_s *c) {
   c->ll_cut_set = true;
 }
 
+/* The small ops' pick without the model (its cost is a fair part of a
+ * sub-microsecond op), inlined into execute; NULL: ask kt__tune. */
+static inline kt__algo_fn ll_pick(const struct kt_comm_s *c, const kt__op *op, const char **name) {
+  if (!c->ll_cut_set || op->counts || (int64_t)(op->count * kt_dtype_size(op->dtype)) > c->ll_cut[op->coll])
+    return NULL;
+  const algo *a = &algos[pick_idx[op->coll][PICK_SHM_LL]];
+  *name = a->name;
+  return a->fn;
+}
+
 kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, bool phase, const char **name) {
-  /* The small ops' pick without the model: its cost is a fair part of a
-   * sub-microsecond op. */
-  if (c->ll_cut_set && !op->counts && (int64_t)(op->count * kt_dtype_size(op->dtype)) <= c->ll_cut[op->coll]) {
-    const algo *a = &algos[pick_idx[op->coll][PICK_SHM_LL]];
-    *name = a->name;
-    return a->fn;
-  }
+  kt__algo_fn fast = ll_pick(c, op, name);
+  if (fast) return fast;
   pthread_once(&tuner_once, init_tuner);
   if (!c->ll_cut_set) init_ll_cut(c);
   int a = phase ? -1 : forced[op->coll];
@@ -384,7 +389,8 @@ static void log_first_use(struct kt_comm_s *c, const kt__op *op, kt__algo_fn fn)
 static kt_result execute(struct kt_comm_s *c, const kt__op *op, kt__exec *parent) {
   const char *name = "?";
   bool phase = parent != NULL || op->partial;
-  kt__algo_fn fn = kt__tune(c, op, phase, &name);
+  kt__algo_fn fn = ll_pick(c, op, &name);
+  if (!fn) fn = kt__tune(c, op, phase, &name);
   if (!fn) return kt__err(KT_ERR_INTERNAL, "no algorithm for %s", kt__coll_name(op->coll));
   if (!phase && kt__log_level >= KT_LOG_INFO) log_first_use(c, op, fn);
   KT_TRACE("rank %d: op #%llu %s count %zu %s -> %s", c->rank, (unsigned long long)op->seq,

@@ -33,18 +33,29 @@ static kt_result check_op(kt_comm c, const char *fn, kt_dtype dt, kt_op op) {
 }
 
 /* count elements (times mult) of dt must fit in size_t, and buf may be NULL
- * only when there is nothing to touch. */
-static kt_result check_buf(kt_comm c, const char *fn, const char *what, const void *buf,
-                           size_t count, size_t mult, kt_dtype dt) {
+ * only when there is nothing to touch. check_buf, inline, passes the good
+ * calls; bad_buf, out of line, says what is wrong. */
+static bool buf_ok(const void *buf, size_t count, size_t mult, kt_dtype dt, size_t *bytes) {
+  size_t n;
+  return kt__mul_ok(count, mult, &n) && kt__mul_ok(n, kt_dtype_size(dt), bytes) && *bytes <= (size_t)PTRDIFF_MAX &&
+         (buf || *bytes == 0);
+}
+
+static __attribute__((noinline, cold)) kt_result bad_buf(kt_comm c, const char *fn, const char *what,
+                                                         size_t count, size_t mult, kt_dtype dt) {
   size_t n, bytes;
   if (!kt__mul_ok(count, mult, &n) || !kt__mul_ok(n, kt_dtype_size(dt), &bytes) ||
       bytes > (size_t)PTRDIFF_MAX)
     return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s: count %zu x %zu of %s overflows", c->rank,
                    fn, what, count, mult, kt_dtype_name(dt));
-  if (!buf && bytes > 0)
-    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s is NULL but holds %zu bytes", c->rank, fn,
-                   what, bytes);
-  return KT_SUCCESS;
+  return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s is NULL but holds %zu bytes", c->rank, fn,
+                 what, bytes);
+}
+
+static inline kt_result check_buf(kt_comm c, const char *fn, const char *what, const void *buf,
+                                  size_t count, size_t mult, kt_dtype dt) {
+  size_t bytes;
+  return KT_LIKELY(buf_ok(buf, count, mult, dt, &bytes)) ? KT_SUCCESS : bad_buf(c, fn, what, count, mult, dt);
 }
 
 /* size x count elements of dt must be addressable (checked on every rank of

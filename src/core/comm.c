@@ -31,11 +31,6 @@ void kt__op_sig(const kt__op *op, int nranks, kt__sig *g) {
   }
 }
 
-bool kt__sig_equal(const kt__sig *a, const kt__sig *b) {
-  return a->seq == b->seq && a->coll == b->coll && a->count == b->count && a->dtype == b->dtype &&
-         a->op == b->op && a->root == b->root;
-}
-
 void kt__sig_describe(const kt__sig *g, char *buf, size_t cap) {
   snprintf(buf, cap, "op #%llu %s, count %llu, %s, %s, root %d", (unsigned long long)g->seq,
            g->coll < KT_COLL_COUNT ? kt__coll_name((kt__coll)g->coll) : "?", (unsigned long long)g->count,

@@ -69,7 +69,11 @@ typedef struct kt__sig {
 /* op's signature in a communicator of nranks. Fields an op does not use
  * were set the same way on every rank by the API layer. */
 KT_INTERNAL void kt__op_sig(const kt__op *op, int nranks, kt__sig *g);
-KT_INTERNAL bool kt__sig_equal(const kt__sig *a, const kt__sig *b);
+/* Inline: the small-message ops compare one or two per call. */
+static inline bool kt__sig_equal(const kt__sig *a, const kt__sig *b) {
+  return a->seq == b->seq && a->coll == b->coll && a->count == b->count && a->dtype == b->dtype &&
+         a->op == b->op && a->root == b->root;
+}
 /* "op #N name, count C, dtype, op, root R" */
 KT_INTERNAL void kt__sig_describe(const kt__sig *g, char *buf, size_t cap);
 

@@ -715,8 +715,9 @@ static kt_result check_sigs(kt__exec *ex, int r) {
   return KT_SUCCESS;
 }
 
-/* Why are we still waiting? Failures first, then the deadline. */
-static kt_result check_failures(kt__exec *ex, int r, uint64_t target, bool slow_checks) {
+/* Why are we still waiting? Failures first, then the deadline. The common
+ * answer (nothing failed, no slow checks due) is check_failures', inline. */
+static kt_result failures_found(kt__exec *ex, int r, uint64_t target, bool slow_checks) {
   struct kt_comm_s *c = ex->comm;
   kt__shm *s = c->shm;
   int32_t f = atomic_load_explicit(&s->hdr->failed, memory_order_acquire);
@@ -763,6 +764,14 @@ static kt_result check_failures(kt__exec *ex, int r, uint64_t target, bool slow_
                    quiet);
   }
   return KT_SUCCESS;
+}
+
+static inline kt_result check_failures(kt__exec *ex, int r, uint64_t target, bool slow_checks) {
+  struct kt_comm_s *c = ex->comm;
+  if (!slow_checks && !atomic_load_explicit(&c->shm->hdr->failed, memory_order_acquire) &&
+      !atomic_load_explicit(&c->aborted, memory_order_relaxed))
+    return KT_SUCCESS;
+  return failures_found(ex, r, target, slow_checks);
 }
 
 /* Spin (or yield, when ranks outnumber CPUs), then sleep on the futex until
@@ -1193,14 +1202,18 @@ typedef struct ll_goal {
   size_t lines;
 } ll_goal;
 
+/* Rank r's first `lines` lines hold op seq. */
+static inline bool ll_written(const kt__shm *s, int r, uint64_t seq, size_t lines) {
+  int k = ll_slot(seq);
+  for (size_t i = 0; i < lines; i++)
+    if (atomic_load_explicit(&ll_at(s, r, k, (int)i)->flag, memory_order_acquire) != seq) return false;
+  return true;
+}
+
 static bool ll_ready(const kt__shm *s, const void *arg) {
   const ll_goal *g = arg;
   int k = ll_slot(g->seq);
-  if (g->r >= 0) {
-    for (size_t i = 0; i < g->lines; i++)
-      if (atomic_load_explicit(&ll_at(s, g->r, k, (int)i)->flag, memory_order_acquire) != g->seq) return false;
-    return true;
-  }
+  if (g->r >= 0) return ll_written(s, g->r, g->seq, g->lines);
   for (int r = 0; r < s->n; r++)
     if (r != s->me && atomic_load_explicit(&ll_at(s, r, k, 0)->flag, memory_order_acquire) != g->seq)
       return false;
@@ -1227,7 +1240,8 @@ static kt_result ll_stuck(kt__exec *ex, const void *arg) {
 
 static kt_result ll_wait_goal(kt__exec *ex, const ll_goal *g) {
   kt__shm *s = ex->comm->shm;
-  if (!ll_ready(s, g)) KT_CHECK(wait_ready_or_stuck(ex, g->r, UINT64_MAX, ll_ready, g, ll_stuck));
+  if (g->r >= 0 ? ll_written(s, g->r, g->seq, g->lines) : ll_ready(s, g)) return KT_SUCCESS; /* inline */
+  KT_CHECK(wait_ready_or_stuck(ex, g->r, UINT64_MAX, ll_ready, g, ll_stuck));
   return KT_SUCCESS;
 }
 
@@ -1257,11 +1271,13 @@ static kt_result ll_settle(kt__exec *ex, uint64_t seq) {
   uint64_t j = seq - SHM_LL_AHEAD;
   int done = s->ll_cmp[ll_slot(j)];
   if (done == LL_CMP_ALL) return KT_SUCCESS;
+  sig mine; /* still in my own line 0 of op j */
+  memcpy(&mine, ll_at(s, s->me, ll_slot(j), 0)->data, sizeof mine);
   for (int r = 0; r < s->n; r++) {
     if (r == s->me || r == done) continue;
     ll_goal g = {j, r, 1};
-    KT_CHECK(ll_wait_goal(ex, &g));
-    KT_CHECK(ll_compare(ex, r, j));
+    KT_CHECK(ll_wait_goal(ex, &g)); /* r's line 0 holds op j */
+    KT_CHECK(ll_compare_to(ex, r, j, &mine));
   }
   return KT_SUCCESS;
 }
@@ -1325,11 +1341,14 @@ kt_result kt__shm_ll_wait(kt__exec *ex, int r) {
 kt_result kt__shm_ll_read(kt__exec *ex, int r, size_t off, void *dst, size_t bytes) {
   kt__shm *s = ex->comm->shm;
   int k = ll_slot(s->ll_seq);
-  ll_goal g = {s->ll_seq, r, ll_lines(off + bytes)};
   /* Line 0 is written last (kt__shm_ll_post), and kt__shm_ll_wait saw r's:
    * the other lines are there. Polling them while they are written would
    * pull each line away from its writer once more. */
-  if (r != s->me && !ll_ready(s, &g)) return kt__err(KT_ERR_INTERNAL, "small-message lines of rank %d incomplete", r);
+  if (r != s->me && !ll_written(s, r, s->ll_seq, ll_lines(off + bytes))) return kt__err(KT_ERR_INTERNAL, "small-message lines of rank %d incomplete", r);
+  if (off + bytes <= LL_FIRST) { /* all in line 0: most small ops */
+    memcpy(dst, ll_at(s, r, k, 0)->data + sizeof(sig) + off, bytes);
+    return KT_SUCCESS;
+  }
   unsigned char *out = dst;
   size_t end = off + bytes;
   for (size_t i = 0, at = 0; at < end; i++) { /* at: payload offset of line i */

@@ -29,16 +29,27 @@ set(KT_FUZZ_FLAGS -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefi
 # of it is never pulled in.
 file(GLOB_RECURSE kt_fuzz_lib_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/*.c)
 set(kt_fuzz_objs)
+# Each object depends on every header it includes, as the compiler lists
+# them (DEPFILE, CMake 3.20 on; IMPLICIT_DEPENDS before, which misses the
+# headers found through -I src/core: a changed inline there left stale
+# objects and an undefined symbol at the harnesses' link).
 foreach(s ${kt_fuzz_lib_srcs})
   file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR}/src ${s})
   string(REPLACE "/" "_" obj ${rel})
   set(obj ${CMAKE_BINARY_DIR}/fuzz/lib/${obj}.o)
+  if(CMAKE_VERSION VERSION_GREATER_EQUAL 3.20)
+    set(kt_fuzz_deps DEPFILE ${obj}.d)
+    set(kt_fuzz_md -MD -MF ${obj}.d)
+  else()
+    set(kt_fuzz_deps IMPLICIT_DEPENDS C ${s})
+    set(kt_fuzz_md)
+  endif()
   add_custom_command(OUTPUT ${obj}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/fuzz/lib
     COMMAND ${KT_CLANG} -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer-no-link,address,undefined
             -DKT_BUILD_INFO="fuzz" -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src
-            -I${PROJECT_SOURCE_DIR}/src/core -c ${s} -o ${obj}
-    DEPENDS ${s} IMPLICIT_DEPENDS C ${s} VERBATIM)
+            -I${PROJECT_SOURCE_DIR}/src/core ${kt_fuzz_md} -c ${s} -o ${obj}
+    DEPENDS ${s} ${kt_fuzz_deps} VERBATIM)
   list(APPEND kt_fuzz_objs ${obj})
 endforeach()
 set(KT_FUZZ_LIB ${CMAKE_BINARY_DIR}/fuzz/libkt_fuzz.a)
