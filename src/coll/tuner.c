@@ -382,6 +382,15 @@ static void log_first_use(struct kt_comm_s *c, const kt__op *op, kt__algo_fn fn)
   }
 }
 
+/* Out of execute's way (its registers): a failed op's error names it. */
+static __attribute__((noinline, cold)) kt_result op_failed(struct kt_comm_s *c, const kt__op *op, const char *name,
+                                                           kt_result r) {
+  kt__stream_fence(); /* an algorithm that failed may have streamed */
+  kt__error_prefix("rank %d: %s #%llu (%s, count %zu, %s): ", kt__rank_label(c, c->rank), kt__coll_name(op->coll),
+                   (unsigned long long)op->seq, name, op->count, kt_dtype_name(op->dtype));
+  return r;
+}
+
 /* A phase (parent set) keeps its parent's deadline; an op of its own gets
  * the communicator's timeout from now. A phase issued to a child's progress
  * thread (`partial`, no parent: the segments of hier.c) is a phase for the
@@ -405,11 +414,7 @@ static kt_result execute(struct kt_comm_s *c, const kt__op *op, kt__exec *parent
    * by every wait; over TCP look at the peers' sockets (one poll). */
   kt_result r = c->shm ? KT_SUCCESS : kt__net_check_peers(&ex);
   if (r == KT_SUCCESS) r = fn(&ex);
-  if (r != KT_SUCCESS) kt__stream_fence(); /* an algorithm that failed may have streamed */
-  if (r != KT_SUCCESS)
-    kt__error_prefix("rank %d: %s #%llu (%s, count %zu, %s): ", kt__rank_label(c, c->rank), kt__coll_name(op->coll),
-                     (unsigned long long)op->seq, name, op->count, kt_dtype_name(op->dtype));
-  return r;
+  return KT_LIKELY(r == KT_SUCCESS) ? r : op_failed(c, op, name, r);
 }
 
 kt_result kt__execute(struct kt_comm_s *c, const kt__op *op) { return execute(c, op, NULL); }

@@ -4,6 +4,7 @@
 #include "reduce_impl.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -22,6 +23,9 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static kt__reduce_table tables[KT_REDUCE_NUM_FAMILIES];
 static bool family_ok[KT_REDUCE_NUM_FAMILIES];
 static int active_family = KT_REDUCE_SCALAR;
+/* &tables[active_family] once init has run: kt__reduce_kernel's check,
+ * cheaper than a call to pthread_once in every small reduction. */
+static _Atomic(const kt__reduce_table *) active_table;
 static char cpu_features[128];
 
 /* ---- CPU features ------------------------------------------------------ */
@@ -106,6 +110,7 @@ static void init(void) {
   }
   KT_INFO("reduction kernels: %s (CPU features: %s)", family_names[active_family],
           cpu_features[0] ? cpu_features : "none");
+  atomic_store_explicit(&active_table, &tables[active_family], memory_order_release);
 }
 
 const kt__reduce_table *kt__reduce_family_table(int family) {
@@ -144,8 +149,12 @@ bool kt__op_valid(kt_dtype dtype, kt_op op) {
 
 kt__reduce_fn kt__reduce_kernel(kt_dtype dtype, kt_op op) {
   if (!kt__op_valid(dtype, op)) return NULL;
-  pthread_once(&init_once, init);
-  return tables[active_family].fn[dtype][op];
+  const kt__reduce_table *t = atomic_load_explicit(&active_table, memory_order_acquire);
+  if (KT_UNLIKELY(!t)) {
+    pthread_once(&init_once, init);
+    t = atomic_load_explicit(&active_table, memory_order_acquire);
+  }
+  return t->fn[dtype][op];
 }
 
 /* An invalid (dtype, op) does nothing: callers check kt__op_valid() first

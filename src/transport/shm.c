@@ -687,7 +687,7 @@ static bool reached(const kt__shm *s, int r, uint64_t target) {
 }
 
 /* The error for peer r found in another op (its signature theirs). */
-static kt_result mismatch_of(kt__exec *ex, const sig *mine, int r, const sig *theirs) {
+static __attribute__((noinline, cold)) kt_result mismatch_of(kt__exec *ex, const sig *mine, int r, const sig *theirs) {
   kt__shm *s = ex->comm->shm;
   char a[160], b[160], who[128];
   kt__sig_describe(mine, a, sizeof a);
@@ -1193,6 +1193,27 @@ bool kt__shm_direct_ok(kt__exec *ex, int r) {
  * next op that waits for all, and at most SHM_LL_AHEAD small ops later. */
 enum { LL_CMP_NONE = -1, LL_CMP_ALL = -2 };
 
+/* memcpy of n <= LL_FIRST bytes without the call: two overlapping
+ * copies of the largest power of two that fits (a variable-length memcpy
+ * is a libc call, a fair part of an 8-byte op). */
+_Static_assert(LL_FIRST <= 32, "copy_small copies at most 32 bytes");
+static inline void copy_small(void *dst, const void *src, size_t n) {
+  unsigned char *d = dst;
+  const unsigned char *p = src;
+  if (n >= 16) {
+    memcpy(d, p, 16);
+    memcpy(d + n - 16, p + n - 16, 16);
+  } else if (n >= 8) {
+    memcpy(d, p, 8);
+    memcpy(d + n - 8, p + n - 8, 8);
+  } else if (n >= 4) {
+    memcpy(d, p, 4);
+    memcpy(d + n - 4, p + n - 4, 4);
+  } else {
+    for (size_t i = 0; i < n; i++) d[i] = p[i];
+  }
+}
+
 static size_t ll_lines(size_t bytes) { return bytes <= LL_FIRST ? 1 : 1 + (bytes - LL_FIRST + 55) / 56; }
 static int ll_slot(uint64_t k) { return (int)(k % SHM_LL_SLOTS); }
 
@@ -1238,19 +1259,24 @@ static kt_result ll_stuck(kt__exec *ex, const void *arg) {
   return KT_SUCCESS;
 }
 
-static kt_result ll_wait_goal(kt__exec *ex, const ll_goal *g) {
+static __attribute__((noinline)) kt_result ll_wait_slow(kt__exec *ex, const ll_goal *g) {
+  return wait_ready_or_stuck(ex, g->r, UINT64_MAX, ll_ready, g, ll_stuck);
+}
+
+/* Inline up to the first look at the lines, which most waits need alone. */
+static inline kt_result ll_wait_goal(kt__exec *ex, const ll_goal *g) {
   kt__shm *s = ex->comm->shm;
-  if (g->r >= 0 ? ll_written(s, g->r, g->seq, g->lines) : ll_ready(s, g)) return KT_SUCCESS; /* inline */
-  KT_CHECK(wait_ready_or_stuck(ex, g->r, UINT64_MAX, ll_ready, g, ll_stuck));
+  if (g->r >= 0 ? ll_written(s, g->r, g->seq, g->lines) : ll_ready(s, g)) return KT_SUCCESS;
+  KT_CHECK(ll_wait_slow(ex, g));
   return KT_SUCCESS;
 }
 
 /* Rank r's signature of op seq (its line 0 holds that op) against mine. */
-static kt_result ll_compare_to(kt__exec *ex, int r, uint64_t seq, const sig *mine) {
+static inline kt_result ll_compare_to(kt__exec *ex, int r, uint64_t seq, const sig *mine) {
   kt__shm *s = ex->comm->shm;
   sig theirs;
   memcpy(&theirs, ll_at(s, r, ll_slot(seq), 0)->data, sizeof theirs);
-  return kt__sig_equal(&theirs, mine) ? KT_SUCCESS : mismatch_of(ex, mine, r, &theirs);
+  return KT_LIKELY(kt__sig_equal(&theirs, mine)) ? KT_SUCCESS : mismatch_of(ex, mine, r, &theirs);
 }
 
 /* The same for an earlier op: my signature is still in my own line 0 of it. */
@@ -1294,6 +1320,13 @@ kt_result kt__shm_ll_post(kt__exec *ex, const void *payload, size_t bytes) {
   s->ll_cmp[k] = LL_CMP_NONE;
   size_t nl = ll_lines(bytes);
   const unsigned char *src = payload;
+  if (nl == 1) { /* most small ops: no loop */
+    ll_line *l = ll_at(s, s->me, k, 0);
+    memcpy(l->data, &s->cur, sizeof s->cur);
+    copy_small(l->data + sizeof s->cur, src, bytes);
+    ll_publish(s, &l->flag, seq);
+    return KT_SUCCESS;
+  }
   for (size_t i = nl; i-- > 0;) { /* line 0, which everyone waits for first, last */
     ll_line *l = ll_at(s, s->me, k, (int)i);
     size_t off = i == 0 ? 0 : LL_FIRST + (i - 1) * 56, len = i == 0 ? LL_FIRST : 56;
@@ -1327,28 +1360,27 @@ static kt_result ll_settle_all(kt__exec *ex, uint64_t seq) {
 
 kt_result kt__shm_ll_wait(kt__exec *ex, int r) {
   kt__shm *s = ex->comm->shm;
-  if (r != s->me) {
+  if (r >= 0 && r != s->me) { /* one rank: the rooted ops */
     ll_goal g = {s->ll_seq, r, 1};
     KT_CHECK(ll_wait_goal(ex, &g));
-    for (int i = r >= 0 ? r : 0; i < (r >= 0 ? r + 1 : s->n); i++)
+    KT_CHECK(ll_compare_to(ex, r, s->ll_seq, &s->cur));
+    s->ll_cmp[ll_slot(s->ll_seq)] = r;
+  } else if (r < 0) {
+    ll_goal g = {s->ll_seq, -1, 1};
+    KT_CHECK(ll_wait_goal(ex, &g));
+    for (int i = 0; i < s->n; i++)
       if (i != s->me) KT_CHECK(ll_compare_to(ex, i, s->ll_seq, &s->cur));
-    s->ll_cmp[ll_slot(s->ll_seq)] = r >= 0 ? r : LL_CMP_ALL;
-    if (r < 0) KT_CHECK(ll_settle_all(ex, s->ll_seq));
+    s->ll_cmp[ll_slot(s->ll_seq)] = LL_CMP_ALL;
+    KT_CHECK(ll_settle_all(ex, s->ll_seq));
   }
   return check_failures(ex, -1, UINT64_MAX, false);
 }
 
-kt_result kt__shm_ll_read(kt__exec *ex, int r, size_t off, void *dst, size_t bytes) {
-  kt__shm *s = ex->comm->shm;
+/* kt__shm_ll_read beyond line 0, or of lines not all there (an error). */
+static __attribute__((noinline)) kt_result ll_read_lines(kt__shm *s, int r, size_t off, void *dst, size_t bytes) {
   int k = ll_slot(s->ll_seq);
-  /* Line 0 is written last (kt__shm_ll_post), and kt__shm_ll_wait saw r's:
-   * the other lines are there. Polling them while they are written would
-   * pull each line away from its writer once more. */
-  if (r != s->me && !ll_written(s, r, s->ll_seq, ll_lines(off + bytes))) return kt__err(KT_ERR_INTERNAL, "small-message lines of rank %d incomplete", r);
-  if (off + bytes <= LL_FIRST) { /* all in line 0: most small ops */
-    memcpy(dst, ll_at(s, r, k, 0)->data + sizeof(sig) + off, bytes);
-    return KT_SUCCESS;
-  }
+  if (r != s->me && !ll_written(s, r, s->ll_seq, ll_lines(off + bytes)))
+    return kt__err(KT_ERR_INTERNAL, "small-message lines of rank %d incomplete", r);
   unsigned char *out = dst;
   size_t end = off + bytes;
   for (size_t i = 0, at = 0; at < end; i++) { /* at: payload offset of line i */
@@ -1357,6 +1389,19 @@ kt_result kt__shm_ll_read(kt__exec *ex, int r, size_t off, void *dst, size_t byt
     at += cap;
   }
   return KT_SUCCESS;
+}
+
+/* Line 0 is written last (kt__shm_ll_post), and kt__shm_ll_wait saw r's:
+ * the other lines are there (checked all the same). Polling them while they
+ * are written would pull each line away from its writer once more. */
+kt_result kt__shm_ll_read(kt__exec *ex, int r, size_t off, void *dst, size_t bytes) {
+  kt__shm *s = ex->comm->shm;
+  const ll_line *l0 = ll_at(s, r, ll_slot(s->ll_seq), 0);
+  if (off + bytes <= LL_FIRST && (r == s->me || atomic_load_explicit(&l0->flag, memory_order_acquire) == s->ll_seq)) {
+    copy_small(dst, l0->data + sizeof(sig) + off, bytes); /* all in line 0: most small ops */
+    return KT_SUCCESS;
+  }
+  return ll_read_lines(s, r, off, dst, bytes);
 }
 
 /* ---- single copy by the kernel: process_vm_readv/writev ---------------------- */
