@@ -26,12 +26,12 @@ static kt_result reduce_all(kt__exec *ex, size_t n, size_t bytes, const void *mi
   int me = ex->comm->rank;
   _Alignas(64) unsigned char tmp[KT_SHM_LL_MAX], own[KT_SHM_LL_MAX];
   if (mine == op->recvbuf && me != 0) { /* in place: recvbuf takes rank 0's first */
-    memcpy(own, mine, bytes);
+    kt__copy(own, mine, bytes);
     mine = own;
   }
   kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
   if (me != 0) KT_CHECK(kt__shm_ll_read(ex, 0, 0, op->recvbuf, bytes));
-  else if (mine != op->recvbuf) memcpy(op->recvbuf, mine, bytes);
+  else if (mine != op->recvbuf) kt__copy(op->recvbuf, mine, bytes);
   for (int r = 1; r < ex->comm->size; r++) {
     if (r != me) KT_CHECK(kt__shm_ll_read(ex, r, 0, tmp, bytes));
     reduce(op->recvbuf, op->recvbuf, r == me ? mine : tmp, n);
@@ -95,14 +95,14 @@ kt_result kt__reduce_scatter_shm_ll(kt__exec *ex) {
   _Alignas(64) unsigned char others[KT_SHM_LL_MAX], own[KT_SHM_LL_MAX], tmp[KT_SHM_LL_MAX];
   kt__shm_op_begin(ex);
   KT_CHECK(post_others(ex, in, bytes, me, others)); /* checks the size too */
-  if (bytes) memcpy(own, in + (size_t)me * bytes, bytes); /* in place, recvbuf is block me of the input */
+  if (bytes) kt__copy(own, in + (size_t)me * bytes, bytes); /* in place, recvbuf is block me of the input */
   KT_CHECK(kt__shm_ll_wait(ex, -1));
   if (!bytes) return KT_SUCCESS;
   kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
   /* Rank r's copy of block me: its input's, or where r posted it. */
   for (int r = 0; r < c->size; r++) {
     char *dst = r == 0 ? op->recvbuf : (char *)tmp;
-    if (r == me) memcpy(dst, own, bytes);
+    if (r == me) kt__copy(dst, own, bytes);
     else KT_CHECK(kt__shm_ll_read(ex, r, other_at(me, r, bytes), dst, bytes));
     if (r > 0) reduce(op->recvbuf, op->recvbuf, tmp, n);
   }
@@ -117,7 +117,7 @@ kt_result kt__broadcast_shm_ll(kt__exec *ex) {
   bool is_root = c->rank == op->root;
   kt__shm_op_begin(ex);
   KT_CHECK(kt__shm_ll_post(ex, is_root ? op->sendbuf : NULL, is_root ? bytes : 0));
-  if (is_root && bytes && op->sendbuf != op->recvbuf) memcpy(op->recvbuf, op->sendbuf, bytes);
+  if (is_root && bytes && op->sendbuf != op->recvbuf) kt__copy(op->recvbuf, op->sendbuf, bytes);
   KT_CHECK(kt__shm_ll_wait(ex, op->root));
   if (!is_root && bytes) KT_CHECK(kt__shm_ll_read(ex, op->root, 0, op->recvbuf, bytes));
   return KT_SUCCESS;
@@ -129,7 +129,7 @@ static kt_result read_blocks(kt__exec *ex, const void *mine, char *out, size_t b
   for (int r = 0; r < ex->comm->size && bytes; r++) {
     char *dst = out + (size_t)r * bytes;
     if (r != ex->comm->rank) KT_CHECK(kt__shm_ll_read(ex, r, 0, dst, bytes));
-    else if (mine != dst) memcpy(dst, mine, bytes);
+    else if (mine != dst) kt__copy(dst, mine, bytes);
   }
   return KT_SUCCESS;
 }
@@ -168,7 +168,7 @@ kt_result kt__scatter_shm_ll(kt__exec *ex) {
   KT_CHECK(is_root ? post_others(ex, op->sendbuf, bytes, root, others) : kt__shm_ll_post(ex, NULL, 0));
   if (is_root && bytes) {
     const char *mine = (const char *)op->sendbuf + (size_t)root * bytes;
-    if (op->recvbuf != mine) memcpy(op->recvbuf, mine, bytes);
+    if (op->recvbuf != mine) kt__copy(op->recvbuf, mine, bytes);
   }
   KT_CHECK(kt__shm_ll_wait(ex, root));
   if (!is_root && bytes) KT_CHECK(kt__shm_ll_read(ex, root, other_at(c->rank, root, bytes), op->recvbuf, bytes));
@@ -187,7 +187,7 @@ kt_result kt__alltoall_shm_ll(kt__exec *ex) {
   _Alignas(64) unsigned char others[KT_SHM_LL_MAX];
   kt__shm_op_begin(ex);
   KT_CHECK(post_others(ex, in, bytes, me, others)); /* before out is written: in place, they share */
-  if (bytes && out != in) memcpy(out + (size_t)me * bytes, in + (size_t)me * bytes, bytes);
+  if (bytes && out != in) kt__copy(out + (size_t)me * bytes, in + (size_t)me * bytes, bytes);
   KT_CHECK(kt__shm_ll_wait(ex, -1));
   for (int r = 0; r < c->size && bytes; r++)
     if (r != me) KT_CHECK(kt__shm_ll_read(ex, r, other_at(me, r, bytes), out + (size_t)r * bytes, bytes));

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define KT_INTERNAL __attribute__((visibility("hidden")))
 #define KT_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -106,6 +107,28 @@ KT_INTERNAL void kt__param_visit(kt__param_visit_fn fn, void *arg);
 KT_INTERNAL extern const size_t kt__dtype_sizes[KT_NUM_DTYPES];
 static inline size_t kt__dtype_size(kt_dtype d) { return (unsigned)d < KT_NUM_DTYPES ? kt__dtype_sizes[d] : 0; }
 #define kt_dtype_size(d) kt__dtype_size(d)
+
+/* memcpy for the small-message paths: up to 32 bytes as two overlapping
+ * copies of the largest power of two that fits, inline (a variable-length
+ * memcpy is a libc call, a fair part of an 8-byte op); more through memcpy. */
+static inline void kt__copy(void *dst, const void *src, size_t n) {
+  unsigned char *d = dst;
+  const unsigned char *p = src;
+  if (n > 32) {
+    memcpy(d, p, n);
+  } else if (n >= 16) {
+    memcpy(d, p, 16);
+    memcpy(d + n - 16, p + n - 16, 16);
+  } else if (n >= 8) {
+    memcpy(d, p, 8);
+    memcpy(d + n - 8, p + n - 8, 8);
+  } else if (n >= 4) {
+    memcpy(d, p, 4);
+    memcpy(d + n - 4, p + n - 4, 4);
+  } else {
+    for (size_t i = 0; i < n; i++) d[i] = p[i];
+  }
+}
 
 KT_INTERNAL int64_t kt__now_ns(void);
 

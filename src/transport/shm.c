@@ -1193,27 +1193,6 @@ bool kt__shm_direct_ok(kt__exec *ex, int r) {
  * next op that waits for all, and at most SHM_LL_AHEAD small ops later. */
 enum { LL_CMP_NONE = -1, LL_CMP_ALL = -2 };
 
-/* memcpy of n <= LL_FIRST bytes without the call: two overlapping
- * copies of the largest power of two that fits (a variable-length memcpy
- * is a libc call, a fair part of an 8-byte op). */
-_Static_assert(LL_FIRST <= 32, "copy_small copies at most 32 bytes");
-static inline void copy_small(void *dst, const void *src, size_t n) {
-  unsigned char *d = dst;
-  const unsigned char *p = src;
-  if (n >= 16) {
-    memcpy(d, p, 16);
-    memcpy(d + n - 16, p + n - 16, 16);
-  } else if (n >= 8) {
-    memcpy(d, p, 8);
-    memcpy(d + n - 8, p + n - 8, 8);
-  } else if (n >= 4) {
-    memcpy(d, p, 4);
-    memcpy(d + n - 4, p + n - 4, 4);
-  } else {
-    for (size_t i = 0; i < n; i++) d[i] = p[i];
-  }
-}
-
 static size_t ll_lines(size_t bytes) { return bytes <= LL_FIRST ? 1 : 1 + (bytes - LL_FIRST + 55) / 56; }
 static int ll_slot(uint64_t k) { return (int)(k % SHM_LL_SLOTS); }
 
@@ -1323,7 +1302,7 @@ kt_result kt__shm_ll_post(kt__exec *ex, const void *payload, size_t bytes) {
   if (nl == 1) { /* most small ops: no loop */
     ll_line *l = ll_at(s, s->me, k, 0);
     memcpy(l->data, &s->cur, sizeof s->cur);
-    copy_small(l->data + sizeof s->cur, src, bytes);
+    kt__copy(l->data + sizeof s->cur, src, bytes);
     ll_publish(s, &l->flag, seq);
     return KT_SUCCESS;
   }
@@ -1398,7 +1377,7 @@ kt_result kt__shm_ll_read(kt__exec *ex, int r, size_t off, void *dst, size_t byt
   kt__shm *s = ex->comm->shm;
   const ll_line *l0 = ll_at(s, r, ll_slot(s->ll_seq), 0);
   if (off + bytes <= LL_FIRST && (r == s->me || atomic_load_explicit(&l0->flag, memory_order_acquire) == s->ll_seq)) {
-    copy_small(dst, l0->data + sizeof(sig) + off, bytes); /* all in line 0: most small ops */
+    kt__copy(dst, l0->data + sizeof(sig) + off, bytes); /* all in line 0: most small ops */
     return KT_SUCCESS;
   }
   return ll_read_lines(s, r, off, dst, bytes);

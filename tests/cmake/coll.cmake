@@ -101,6 +101,12 @@ foreach(np 2 3 5 8)
   kt_coll_test(coll.np${np}.shm_ll ${np} 300 "KAITIAN_ALGO=shm_ll"
     --coll allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter,alltoall,barrier --count 11)
 endforeach()
+# Payloads within line 0 of every length the dtypes make of 3 and 7
+# elements (3 to 56 bytes): the inline copy's every branch (kt__copy).
+foreach(count 3 7)
+  kt_coll_test(coll.np2.shm_ll_count${count} 2 300 "KAITIAN_ALGO=shm_ll"
+    --coll allreduce,broadcast,reduce,allgather,reduce_scatter,gather,scatter,alltoall --count ${count})
+endforeach()
 # Many lines of a slot: 185 elements (1480 bytes of float64 per rank).
 foreach(np 2 3)
   kt_coll_test(coll.np${np}.shm_ll_lines ${np} 300 "KAITIAN_ALGO=shm_ll"
