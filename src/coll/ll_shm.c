@@ -40,24 +40,29 @@ static kt_result reduce_all(kt__exec *ex, size_t n, size_t bytes, const void *mi
   return KT_SUCCESS;
 }
 
+/* Post blocks [0, skip) and (skip, size) of in, copied together (in its
+ * own frame: the 4 KiB buffer would cost every small op's frame a page). */
+static __attribute__((noinline)) kt_result post_gathered(kt__exec *ex, const char *in, size_t before,
+                                                         size_t bytes, size_t after) {
+  _Alignas(64) unsigned char tmp[KT_SHM_LL_MAX];
+  memcpy(tmp, in, before);
+  memcpy(tmp + before, in + before + bytes, after);
+  return kt__shm_ll_post(ex, tmp, before + after);
+}
+
 /* Post every block of in (size blocks of bytes) but block skip, in rank
- * order (a reader r != skip finds its own at other_at(r, skip)), through
- * tmp where they are not contiguous. */
-static kt_result post_others(kt__exec *ex, const char *in, size_t bytes, int skip, unsigned char *tmp) {
+ * order (a reader r != skip finds its own at other_at(r, skip)), gathered
+ * where they are not contiguous. */
+static kt_result post_others(kt__exec *ex, const char *in, size_t bytes, int skip) {
   int p = ex->comm->size;
   size_t before = (size_t)skip * bytes, after = (size_t)(p - 1 - skip) * bytes;
   if (before + after > KT_SHM_LL_MAX)
     return kt__err(KT_ERR_INTERNAL, "%s of %zu bytes per rank does not fit the small-message lines",
                    kt__coll_name(ex->op->coll), bytes);
-  const void *post = in;
-  if (!bytes) post = NULL;
-  else if (skip == 0) post = in + bytes;
-  else if (after > 0) {
-    memcpy(tmp, in, before);
-    memcpy(tmp + before, in + before + bytes, after);
-    post = tmp;
-  }
-  return kt__shm_ll_post(ex, post, before + after);
+  if (!bytes) return kt__shm_ll_post(ex, NULL, 0);
+  if (skip == 0) return kt__shm_ll_post(ex, in + bytes, after);
+  if (after == 0) return kt__shm_ll_post(ex, in, before);
+  return post_gathered(ex, in, before, bytes, after);
 }
 
 /* Where rank r's block is among the blocks rank skip posted. */
@@ -92,9 +97,9 @@ kt_result kt__reduce_scatter_shm_ll(kt__exec *ex) {
   int me = c->rank;
   size_t n = op->count, bytes = n * kt_dtype_size(op->dtype);
   const char *in = op->sendbuf;
-  _Alignas(64) unsigned char others[KT_SHM_LL_MAX], own[KT_SHM_LL_MAX], tmp[KT_SHM_LL_MAX];
+  _Alignas(64) unsigned char own[KT_SHM_LL_MAX], tmp[KT_SHM_LL_MAX];
   kt__shm_op_begin(ex);
-  KT_CHECK(post_others(ex, in, bytes, me, others)); /* checks the size too */
+  KT_CHECK(post_others(ex, in, bytes, me)); /* checks the size too */
   if (bytes) kt__copy(own, in + (size_t)me * bytes, bytes); /* in place, recvbuf is block me of the input */
   KT_CHECK(kt__shm_ll_wait(ex, -1));
   if (!bytes) return KT_SUCCESS;
@@ -163,9 +168,8 @@ kt_result kt__scatter_shm_ll(kt__exec *ex) {
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   int root = op->root;
   bool is_root = c->rank == root;
-  _Alignas(64) unsigned char others[KT_SHM_LL_MAX];
   kt__shm_op_begin(ex);
-  KT_CHECK(is_root ? post_others(ex, op->sendbuf, bytes, root, others) : kt__shm_ll_post(ex, NULL, 0));
+  KT_CHECK(is_root ? post_others(ex, op->sendbuf, bytes, root) : kt__shm_ll_post(ex, NULL, 0));
   if (is_root && bytes) {
     const char *mine = (const char *)op->sendbuf + (size_t)root * bytes;
     if (op->recvbuf != mine) kt__copy(op->recvbuf, mine, bytes);
@@ -184,9 +188,8 @@ kt_result kt__alltoall_shm_ll(kt__exec *ex) {
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   const char *in = op->sendbuf;
   char *out = op->recvbuf;
-  _Alignas(64) unsigned char others[KT_SHM_LL_MAX];
   kt__shm_op_begin(ex);
-  KT_CHECK(post_others(ex, in, bytes, me, others)); /* before out is written: in place, they share */
+  KT_CHECK(post_others(ex, in, bytes, me)); /* before out is written: in place, they share */
   if (bytes && out != in) kt__copy(out + (size_t)me * bytes, in + (size_t)me * bytes, bytes);
   KT_CHECK(kt__shm_ll_wait(ex, -1));
   for (int r = 0; r < c->size && bytes; r++)
