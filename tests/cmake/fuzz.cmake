@@ -59,6 +59,13 @@ add_custom_command(OUTPUT ${KT_FUZZ_LIB}
   DEPENDS ${kt_fuzz_objs} COMMENT "the library for the libFuzzer harnesses" VERBATIM)
 add_custom_target(kt_fuzz_lib DEPENDS ${KT_FUZZ_LIB})
 
+# A harness is one compile of several sources, which takes no single
+# depfile: besides what IMPLICIT_DEPENDS finds (the files it includes by
+# relative path), it depends on every header of the project, which
+# IMPLICIT_DEPENDS misses where found through -I src/core (as above).
+file(GLOB_RECURSE kt_fuzz_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/include/*.h ${PROJECT_SOURCE_DIR}/src/*.h
+     ${PROJECT_SOURCE_DIR}/src/*.def ${PROJECT_SOURCE_DIR}/tools/*.h ${KT_FUZZ_DIR}/*.h)
+
 # kt_fuzz_harness(name [LIB] sources...): tests/fuzz/fuzz_<name>.c with the
 # library sources it needs (relative to src/; other paths relative to the
 # project), or with LIB the whole library (libkt_fuzz.a).
@@ -79,7 +86,8 @@ function(kt_fuzz_harness name)
   add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/fuzz/fuzz_${name}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/fuzz
     COMMAND ${KT_CLANG} ${KT_FUZZ_FLAGS} ${srcs} ${libs} -o ${CMAKE_BINARY_DIR}/fuzz/fuzz_${name}
-    DEPENDS ${srcs} ${deps} IMPLICIT_DEPENDS C ${srcs} COMMENT "libFuzzer harness fuzz_${name}" VERBATIM)
+    DEPENDS ${srcs} ${deps} ${kt_fuzz_headers} IMPLICIT_DEPENDS C ${srcs} COMMENT "libFuzzer harness fuzz_${name}"
+    VERBATIM)
   add_custom_target(fuzz_${name} ALL DEPENDS ${CMAKE_BINARY_DIR}/fuzz/fuzz_${name})
   if(deps)
     add_dependencies(fuzz_${name} kt_fuzz_lib)
