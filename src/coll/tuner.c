@@ -331,7 +331,8 @@ static void init_ll_cut(struct kt_comm_s *c) {
 }
 
 /* The small ops' pick without the model (its cost is a fair part of a
- * sub-microsecond op), inlined into execute; NULL: ask kt__tune. */
+ * sub-microsecond op), inlined into execute, which asks kt__tune only when
+ * this declines (NULL). */
 static inline kt__algo_fn ll_pick(const struct kt_comm_s *c, const kt__op *op, const char **name) {
   if (!c->ll_cut_set || op->counts || (int64_t)(op->count * kt_dtype_size(op->dtype)) > c->ll_cut[op->coll])
     return NULL;
@@ -341,8 +342,6 @@ static inline kt__algo_fn ll_pick(const struct kt_comm_s *c, const kt__op *op, c
 }
 
 kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, bool phase, const char **name) {
-  kt__algo_fn fast = ll_pick(c, op, name);
-  if (fast) return fast;
   pthread_once(&tuner_once, init_tuner);
   if (!c->ll_cut_set) init_ll_cut(c);
   int a = phase ? -1 : forced[op->coll];

@@ -1210,7 +1210,7 @@ static inline bool ll_written(const kt__shm *s, int r, uint64_t seq, size_t line
   return true;
 }
 
-static bool ll_ready(const kt__shm *s, const void *arg) {
+static inline bool ll_ready(const kt__shm *s, const void *arg) {
   const ll_goal *g = arg;
   int k = ll_slot(g->seq);
   if (g->r >= 0) return ll_written(s, g->r, g->seq, g->lines);
@@ -1244,8 +1244,7 @@ static __attribute__((noinline)) kt_result ll_wait_slow(kt__exec *ex, const ll_g
 
 /* Inline up to the first look at the lines, which most waits need alone. */
 static inline kt_result ll_wait_goal(kt__exec *ex, const ll_goal *g) {
-  kt__shm *s = ex->comm->shm;
-  if (g->r >= 0 ? ll_written(s, g->r, g->seq, g->lines) : ll_ready(s, g)) return KT_SUCCESS;
+  if (ll_ready(ex->comm->shm, g)) return KT_SUCCESS;
   KT_CHECK(ll_wait_slow(ex, g));
   return KT_SUCCESS;
 }
@@ -1299,22 +1298,16 @@ kt_result kt__shm_ll_post(kt__exec *ex, const void *payload, size_t bytes) {
   s->ll_cmp[k] = LL_CMP_NONE;
   size_t nl = ll_lines(bytes);
   const unsigned char *src = payload;
-  if (nl == 1) { /* most small ops: no loop */
-    ll_line *l = ll_at(s, s->me, k, 0);
-    memcpy(l->data, &s->cur, sizeof s->cur);
-    kt__copy(l->data + sizeof s->cur, src, bytes);
-    ll_publish(s, &l->flag, seq);
-    return KT_SUCCESS;
-  }
-  for (size_t i = nl; i-- > 0;) { /* line 0, which everyone waits for first, last */
+  for (size_t i = nl - 1; i > 0; i--) { /* the lines after line 0, from the last */
     ll_line *l = ll_at(s, s->me, k, (int)i);
-    size_t off = i == 0 ? 0 : LL_FIRST + (i - 1) * 56, len = i == 0 ? LL_FIRST : 56;
-    len = off < bytes ? KT_MIN(len, bytes - off) : 0;
-    if (i == 0) memcpy(l->data, &s->cur, sizeof s->cur);
-    if (len) memcpy(l->data + (i == 0 ? sizeof s->cur : 0), src + off, len);
-    if (i > 0) atomic_store_explicit(&l->flag, seq, memory_order_release);
-    else ll_publish(s, &l->flag, seq);
+    size_t off = LL_FIRST + (i - 1) * 56;
+    kt__copy(l->data, src + off, KT_MIN((size_t)56, bytes - off));
+    atomic_store_explicit(&l->flag, seq, memory_order_release);
   }
+  ll_line *l = ll_at(s, s->me, k, 0); /* line 0, which everyone waits for first, last */
+  memcpy(l->data, &s->cur, sizeof s->cur);
+  kt__copy(l->data + sizeof s->cur, src, KT_MIN((size_t)LL_FIRST, bytes));
+  ll_publish(s, &l->flag, seq);
   return KT_SUCCESS;
 }
 
@@ -1339,14 +1332,13 @@ static kt_result ll_settle_all(kt__exec *ex, uint64_t seq) {
 
 kt_result kt__shm_ll_wait(kt__exec *ex, int r) {
   kt__shm *s = ex->comm->shm;
-  if (r >= 0 && r != s->me) { /* one rank: the rooted ops */
-    ll_goal g = {s->ll_seq, r, 1};
-    KT_CHECK(ll_wait_goal(ex, &g));
+  if (r == s->me) return check_failures(ex, -1, UINT64_MAX, false);
+  ll_goal g = {s->ll_seq, r, 1};
+  KT_CHECK(ll_wait_goal(ex, &g));
+  if (r >= 0) { /* one rank: the rooted ops */
     KT_CHECK(ll_compare_to(ex, r, s->ll_seq, &s->cur));
     s->ll_cmp[ll_slot(s->ll_seq)] = r;
-  } else if (r < 0) {
-    ll_goal g = {s->ll_seq, -1, 1};
-    KT_CHECK(ll_wait_goal(ex, &g));
+  } else {
     for (int i = 0; i < s->n; i++)
       if (i != s->me) KT_CHECK(ll_compare_to(ex, i, s->ll_seq, &s->cur));
     s->ll_cmp[ll_slot(s->ll_seq)] = LL_CMP_ALL;

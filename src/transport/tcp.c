@@ -1031,10 +1031,6 @@ void kt__net_op_begin(kt__exec *ex) {
   t->sendwait_gap_ns = STATUS_FIRST_NS;
   /* Point-to-point ops are not numbered (ranks issue different numbers of
    * them); over shared memory ranks compare signatures in the segment. */
-  if (op->coll != KT_COLL_SEND && (op->seq == 0 || ex->comm->shm)) { /* no clock read */
-    t->sendwait_ns = t->next_status_ns = INT64_MAX;
-    return;
-  }
   t->sendwait_ns = op->coll == KT_COLL_SEND ? kt__now_ns() + STATUS_FIRST_NS : INT64_MAX;
   if (op->seq == 0 || ex->comm->shm) {
     t->next_status_ns = INT64_MAX;
