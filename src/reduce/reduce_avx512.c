@@ -110,7 +110,7 @@ AVX512_INLINE __m512i xor_bool(__m512i a, __m512i b) {
   return _mm512_maskz_mov_epi8(k, _mm512_set1_epi8(1));
 }
 
-/* 16-bit floats, 32 per vector: split into two halves of 16, widen to
+/* float16, 32 per vector: split into two halves of 16, widen to
  * float, apply the float op, narrow back with round to nearest even. */
 AVX512_INLINE __m512 f16_lo(__m512i v) { return _mm512_cvtph_ps(_mm512_castsi512_si256(v)); }
 AVX512_INLINE __m512 f16_hi(__m512i v) { return _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)); }
@@ -120,14 +120,29 @@ AVX512_INLINE __m512i f16_join(__m512 lo, __m512 hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(l), h, 1);
 }
 
-AVX512_INLINE __m512 bf16_lo(__m512i v) { return kt__bf16x16_widen(_mm512_castsi512_si256(v)); }
-AVX512_INLINE __m512 bf16_hi(__m512i v) {
-  return kt__bf16x16_widen(_mm512_extracti64x4_epi64(v, 1));
-}
-AVX512_INLINE __m512i bf16_join(__m512 lo, __m512 hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(kt__bf16x16_narrow(lo)),
-                            kt__bf16x16_narrow(hi), 1);
-}
+/* bfloat16 without moving elements across lanes: a 32-bit lane holds two,
+ * the even one in its low half and the odd one in its high half. As floats,
+ * the odd one is the lane with its low half cleared and the even one the
+ * lane shifted up by 16; each is operated on, rounded, and put back in its
+ * half. Widening 16 of them to 16 floats and narrowing back, as float16
+ * does with its conversion instructions, took cross-lane shuffles, which
+ * run on one port: a sum of 32 KiB in cache went from 14 to 22 GB/s (2.3
+ * to 1.5 us) on an AVX-512 Xeon. */
+#define BF16_OP(name, FOP)                                                   \
+  AVX512_INLINE __m512i name(__m512i a, __m512i b) {                         \
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);                  \
+    __m512 even = FOP(_mm512_castsi512_ps(_mm512_slli_epi32(a, 16)),         \
+                      _mm512_castsi512_ps(_mm512_slli_epi32(b, 16)));        \
+    __m512 odd = FOP(_mm512_castsi512_ps(_mm512_and_si512(a, hi)),           \
+                     _mm512_castsi512_ps(_mm512_and_si512(b, hi)));          \
+    return _mm512_mask_blend_epi16((__mmask32)0xaaaaaaaau,                   \
+                                   _mm512_srli_epi32(kt__bf16x16_round(even), 16), \
+                                   kt__bf16x16_round(odd));                  \
+  }
+BF16_OP(sum_bf16v, _mm512_add_ps)
+BF16_OP(prod_bf16v, _mm512_mul_ps)
+BF16_OP(min_bf16v, min_ps)
+BF16_OP(max_bf16v, max_ps)
 
 #define HALF_OP(name, fmt, FOP)                                              \
   AVX512_INLINE __m512i name(__m512i a, __m512i b) {                         \
@@ -137,10 +152,6 @@ HALF_OP(sum_f16v, f16, _mm512_add_ps)
 HALF_OP(prod_f16v, f16, _mm512_mul_ps)
 HALF_OP(min_f16v, f16, min_ps)
 HALF_OP(max_f16v, f16, max_ps)
-HALF_OP(sum_bf16v, bf16, _mm512_add_ps)
-HALF_OP(prod_bf16v, bf16, _mm512_mul_ps)
-HALF_OP(min_bf16v, bf16, min_ps)
-HALF_OP(max_bf16v, bf16, max_ps)
 
 /* ---- kernels ----------------------------------------------------------- */
 

@@ -564,21 +564,35 @@ static void test_selection(void) {
 /* ---- speed ------------------------------------------------------------- */
 
 static void speed(void) {
-  enum { N = (1 << 20) / sizeof(float) };
-  float *a = malloc(N * sizeof(float)), *b = malloc(N * sizeof(float)), *d = malloc(N * sizeof(float));
+  enum { BYTES = 1 << 20 };
+  static const kt_dtype dts[] = {KT_FLOAT32, KT_FLOAT16, KT_BFLOAT16};
+  unsigned char *a = calloc(1, BYTES), *b = calloc(1, BYTES), *d = calloc(1, BYTES);
   if (!a || !b || !d) goto out;
-  for (size_t i = 0; i < N; i++) a[i] = (float)i, b[i] = 1.0f, d[i] = 0;
-  for (int f = 0; f < KT_REDUCE_NUM_FAMILIES; f++) {
-    const kt__reduce_table *t = kt__reduce_family_table(f);
-    if (!t) continue;
-    kt__reduce_fn fn = t->fn[KT_FLOAT32][KT_SUM];
-    fn(d, a, b, N);
-    int iters = 200;
-    int64_t t0 = kt__now_ns();
-    for (int i = 0; i < iters; i++) fn(d, a, b, N);
-    double s = (double)(kt__now_ns() - t0) * 1e-9;
-    printf("speed %-6s float32 sum 1 MiB: %.1f GB/s (2 reads + 1 write per element)\n",
-           t->name, 3.0 * sizeof(float) * N * iters / s * 1e-9);
+  for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
+    kt_dtype dt = dts[k];
+    size_t n = BYTES / dtype_sizes[dt];
+    for (size_t i = 0; i < n; i++) { /* i and 1, exact in every format up to 256 */
+      if (dt == KT_FLOAT32) {
+        float x = (float)(i % 256), one = 1.0f;
+        memcpy(a + 4 * i, &x, 4), memcpy(b + 4 * i, &one, 4);
+      } else {
+        uint16_t x = dt == KT_FLOAT16 ? kt__float_to_half((float)(i % 256)) : kt__float_to_bf16((float)(i % 256));
+        uint16_t one = dt == KT_FLOAT16 ? kt__float_to_half(1.0f) : kt__float_to_bf16(1.0f);
+        memcpy(a + 2 * i, &x, 2), memcpy(b + 2 * i, &one, 2);
+      }
+    }
+    for (int f = 0; f < KT_REDUCE_NUM_FAMILIES; f++) {
+      const kt__reduce_table *t = kt__reduce_family_table(f);
+      if (!t) continue;
+      kt__reduce_fn fn = t->fn[dt][KT_SUM];
+      fn(d, a, b, n);
+      int iters = 200;
+      int64_t t0 = kt__now_ns();
+      for (int i = 0; i < iters; i++) fn(d, a, b, n);
+      double s = (double)(kt__now_ns() - t0) * 1e-9;
+      printf("speed %-6s %-8s sum 1 MiB: %.1f GB/s (2 reads + 1 write per element)\n", t->name, dtype_names[dt],
+             3.0 * BYTES * iters / s * 1e-9);
+    }
   }
 out:
   free(a);
