@@ -217,6 +217,7 @@ static int pick_idx[KT_COLL_COUNT][NPICKS]; /* -1: the collective has none of th
 static int64_t ll_bytes[KT_COLL_COUNT]; /* KAITIAN_SHM_LL_BYTES, or the default per collective */
 static bool ll_set;
 static int64_t cma_bytes, reduce_oneshot_bytes; /* KAITIAN_SHM_CMA_BYTES, KAITIAN_SHM_REDUCE_ONESHOT_BYTES */
+static bool reduce_oneshot_set;
 
 /* Unset, KAITIAN_SHM_LL_BYTES depends on the collective and the ranks
  * (docs/algorithms.md): every line where some ranks only send (broadcast,
@@ -254,6 +255,7 @@ static void init_tuner(void) {
   init_ll_bytes();
   cma_bytes = kt__param_SHM_CMA_BYTES();
   reduce_oneshot_bytes = kt__param_SHM_REDUCE_ONESHOT_BYTES();
+  reduce_oneshot_set = kt__param_set_SHM_REDUCE_ONESHOT_BYTES();
   for (int cl = 0; cl < KT_COLL_COUNT; cl++)
     for (int k = 0; k < NPICKS; k++) pick_idx[cl][k] = find_algo((kt__coll)cl, pick_names[k]);
 }
@@ -279,7 +281,12 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
     if (cma && (op->coll == KT_COLL_BROADCAST || op->coll == KT_COLL_ALLGATHER) && n >= (double)cma_bytes &&
         !kt__shm_oversubscribed(c))
       return PICK_SHM_CMA;
-    if (op->coll == KT_COLL_REDUCE && n <= (double)reduce_oneshot_bytes) return PICK_SHM_ONESHOT;
+    /* One-shot reduce up to KAITIAN_SHM_REDUCE_ONESHOT_BYTES; unset, at 2
+     * ranks at every size: the root reduces one input besides its own, and
+     * the region algorithm's second phase cost more (docs/algorithms.md). */
+    if (op->coll == KT_COLL_REDUCE &&
+        (n <= (double)reduce_oneshot_bytes || (c->size == 2 && !reduce_oneshot_set)))
+      return PICK_SHM_ONESHOT;
     return PICK_SHM;
   }
   /* Several hosts with shared memory inside each: TCP only between hosts,

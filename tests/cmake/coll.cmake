@@ -254,6 +254,28 @@ echo PASS]=] sh ${KT_CLI})
 set_tests_properties(coll.tuner_ll_picks PROPERTIES TIMEOUT 300 LABELS "coll" PROCESSORS 2 SKIP_RETURN_CODE 77
   ENVIRONMENT "KAITIAN_TIMEOUT=60000")
 
+# The one-shot reduce's range: at 2 ranks every size unless
+# KAITIAN_SHM_REDUCE_ONESHOT_BYTES is set (above its 64 MiB default here),
+# with more ranks up to that size; a value set is honoured at 2 ranks too.
+add_test(NAME coll.tuner_reduce_picks COMMAND sh -c [=[
+kt=$1; fail() { echo "TEST FAILED: $*"; exit 1; }
+picks() { KAITIAN_DEBUG=INFO "$kt" run -n $1 "$kt" bench -C reduce -b "$2" -e "$2" -n 1 -w 0 -c 1 2>&1; }
+expect() { # OUT RANKS ALGO WHAT
+  printf '%s\n' "$1" | grep -q "rank 0/$2: reduce runs algorithm $3 " ||
+    fail "$4: reduce did not pick $3: $(printf '%s\n' "$1" | grep 'reduce runs algorithm')"
+}
+out=$(picks 2 65M) || fail "2 ranks: $out"
+expect "$out" 2 shm_oneshot "2 ranks, 65 MiB"
+out=$(picks 3 65M) || fail "3 ranks: $out"
+expect "$out" 3 shm "3 ranks, 65 MiB"
+out=$(KAITIAN_SHM_REDUCE_ONESHOT_BYTES=8192 picks 2 16K) || fail "2 ranks, set: $out"
+expect "$out" 2 shm "2 ranks, 16 KiB over KAITIAN_SHM_REDUCE_ONESHOT_BYTES=8192"
+out=$(KAITIAN_SHM_REDUCE_ONESHOT_BYTES=8192 picks 2 8K) || fail "2 ranks, set: $out"
+expect "$out" 2 shm_oneshot "2 ranks, 8 KiB under KAITIAN_SHM_REDUCE_ONESHOT_BYTES=8192"
+echo PASS]=] sh ${KT_CLI})
+set_tests_properties(coll.tuner_reduce_picks PROPERTIES TIMEOUT 300 LABELS "coll" PROCESSORS 2
+  ENVIRONMENT "KAITIAN_TIMEOUT=60000")
+
 # Single-copy allreduce: buffers from kt_mem_alloc and single-copy from 1
 # byte up (through shm_oneshot up to 64 KiB, shm_rsag above); then buffers
 # registered on rank 0 only, with small regions, so the ranks disagree and
