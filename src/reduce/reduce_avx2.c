@@ -44,7 +44,6 @@ AVX2_INLINE void st_f16(void *p, __m256 v) {
   _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 
-
 /* ---- element operations ----------------------------------------------- */
 
 /* NaN in either operand gives NaN (a + b carries it); otherwise MINPS. */

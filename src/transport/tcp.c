@@ -1028,10 +1028,10 @@ void kt__net_op_begin(kt__exec *ex) {
   if (!t) return;
   t->idle_since_ns = 0; /* each op's first wait may spin */
   const kt__op *op = ex->op;
+  t->sendwait_ns = op->coll == KT_COLL_SEND ? kt__now_ns() + STATUS_FIRST_NS : INT64_MAX;
   t->sendwait_gap_ns = STATUS_FIRST_NS;
   /* Point-to-point ops are not numbered (ranks issue different numbers of
    * them); over shared memory ranks compare signatures in the segment. */
-  t->sendwait_ns = op->coll == KT_COLL_SEND ? kt__now_ns() + STATUS_FIRST_NS : INT64_MAX;
   if (op->seq == 0 || ex->comm->shm) {
     t->next_status_ns = INT64_MAX;
     return;
