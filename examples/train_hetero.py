@@ -1,19 +1,24 @@
 #!/usr/bin/python3
 """train_hetero.py - one model trained on ranks of different speeds: every device
 type in one job (CUDA, CPU, any torch device), each rank given a share of every
-global batch in proportion to its measured speed, gradients the exact mean over
-the global batch. The task is the digits of train_digits.py (python3-sklearn).
+global batch planned from its measured step times, ranks that cannot pay for
+the gradient exchange they cause left out, gradients the exact mean over the
+global batch. The task is the digits of train_digits.py (python3-sklearn).
 
     kaitian run --devices cpu:2 examples/train_hetero.py              # this machine
     kaitian run --devices cuda:1,cpu:2 examples/train_hetero.py       # a GPU host
     KAITIAN_CAPABILITIES=1,3 kaitian run -n 2 examples/train_hetero.py  # fixed weights
 
 What changes against a plain DDP script (train_digits.py):
-  1. torch_kaitian.measure_capability(model, sample) once, before training;
-  2. HeteroSampler(dataset, global_batch_size) instead of DistributedSampler
+  1. plan = torch_kaitian.plan(model, sample, global_batch) once, before training
+     (it prints what it decided on rank 0);
+  2. HeteroSampler(dataset, global_batch, plan=plan) instead of DistributedSampler
      (its loader() yields one batch per step, possibly empty on a slow rank);
-  3. HeteroDDP instead of DistributedDataParallel;
-  4. metrics reduced with torch_kaitian.weighted_mean (each rank's batch differs).
+  3. HeteroDDP(model, plan=plan) instead of DistributedDataParallel (it also
+     rebalances the shares while training when the ranks' step times drift);
+  4. metrics reduced with torch_kaitian.weighted_mean (each rank's batch differs),
+     and model.sync_parameters() before every rank evaluates, where the plan
+     left a rank out (its parameters are not the job's).
 """
 import argparse
 import os
@@ -77,23 +82,25 @@ def main():
     train, held_out = load_data(args.seed)
 
     net = Net().to(device)
-    # 1. How fast is this rank on this model? (well under a second; all ranks)
+    # 1. How fast is each rank on this model, against its batch, and what does
+    #    the gradient exchange cost? The plan: who computes, with which share
+    #    of each global batch (a second or two; every rank calls it).
     sample = train.tensors[0][:32].to(device), train.tensors[1][:32].to(device)
-    caps = torch_kaitian.measure_capability(net, sample, loss_fn=F.cross_entropy)
-    # 2. Shares of every global batch in proportion (the same on every rank, no
-    #    communication per step).
-    sampler = torch_kaitian.HeteroSampler(train, args.global_batch, seed=args.seed)
+    plan = torch_kaitian.plan(net, sample, args.global_batch, loss_fn=F.cross_entropy)
+    # 2. Each rank's share of every global batch (no communication per step).
+    sampler = torch_kaitian.HeteroSampler(train, args.global_batch, seed=args.seed, plan=plan)
     loader = sampler.loader()
-    # 3. The exact mean of the gradients over the global batch.
-    model = torch_kaitian.HeteroDDP(net, device_ids=[device.index] if device.type == "cuda" else None)
+    # 3. The exact mean of the gradients over the global batch, among the ranks
+    #    the plan chose.
+    model = torch_kaitian.HeteroDDP(net, plan=plan,
+                                    device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     devices = [None] * world
     dist.all_gather_object(devices, str(device))
     if rank == 0:
-        print(f"{world} ranks on {', '.join(devices)}; capabilities (samples/s) "
-              f"{', '.join(f'{c:.0f}' for c in caps)}; shares of each batch of "
-              f"{args.global_batch}: {sampler.full_shares}; {sampler.num_steps} steps per epoch",
-              flush=True)
+        print(f"{world} ranks on {', '.join(devices)}; shares of each batch of "
+              f"{args.global_batch}: {plan.shares}; predicted {plan.predicted_rate:.0f} samples/s; "
+              f"{sampler.num_steps} steps per epoch", flush=True)
 
     for epoch in range(1, args.epochs + 1):
         sampler.set_epoch(epoch)
@@ -110,6 +117,8 @@ def main():
                 loss_sum, seen = loss_sum + loss.item() * len(y), seen + len(y)
         # 4. The epoch's loss over every rank's samples, weighted by how many each had.
         train_loss = torch_kaitian.weighted_mean(loss_sum / max(seen, 1), seen)
+        if plan.left_out:
+            model.sync_parameters()  # the ranks left out evaluate with the job's parameters
         model.eval()
         with torch.no_grad():
             xs, ys = held_out.tensors

@@ -8,8 +8,8 @@ device-neutral helpers a training script needs (the "seed API"):
 local_device_count(), set_device(i), device(), global_world_size(),
 global_rank(), manual_seed(seed); init_process_group() and job_from_env() for
 jobs started by kaitian run, torchrun, srun or mpirun. And heterogeneous data parallelism
-(hetero.py): measure_capability(), capabilities(), HeteroSampler, HeteroDDP,
-weighted_mean().
+(hetero.py, planner.py): plan(), measure_capability(), capabilities(),
+HeteroSampler, HeteroDDP, weighted_mean().
 """
 import torch.distributed as _dist
 
@@ -18,15 +18,16 @@ from ._completion import KaitianError
 from ._device import (device, global_rank, global_world_size, local_device_count, manual_seed,
                       set_device)
 from ._tensors import KaitianUnsupported
-from .hetero import (HeteroDDP, HeteroSampler, capabilities, measure_capability, shares,
-                     weighted_mean)
+from .hetero import (HeteroDDP, HeteroPlan, HeteroSampler, capabilities, measure_capability,
+                     plan, shares, weighted_mean)
 from ._launch import init_process_group, job_from_env
 from .process_group import ProcessGroupKaitian
 
 __all__ = ["ProcessGroupKaitian", "KaitianError", "KaitianUnsupported", "BACKEND", "device",
            "global_rank", "global_world_size", "local_device_count", "manual_seed", "set_device",
            "library_path", "core_version", "measure_capability", "capabilities", "HeteroSampler",
-           "HeteroDDP", "weighted_mean", "shares", "init_process_group", "job_from_env"]
+           "HeteroDDP", "HeteroPlan", "plan", "weighted_mean", "shares", "init_process_group",
+           "job_from_env"]
 
 BACKEND = "kaitian"
 library_path = _lib.path

@@ -10,7 +10,8 @@ In one run, on the same ranks:
      default gradient buckets and with gradient_as_bucket_view=True.
 
 The other benchmarks, each with its own --help:
-  --hetero    heterogeneous data parallelism, a slowed rank (_bench_hetero.py)
+  --hetero    heterogeneous data parallelism: each rank alone, the even split and the
+              planned job (torch_kaitian.plan), --slow K to slow a rank (_bench_hetero.py)
   --optim     the CPU Adam kernels against torch's AdamW (_bench_optim.py)
   --zero      ZeroOptimizer against ZeroRedundancyOptimizer and DDP (_bench_zero.py)
   --pipeline  the GPT example's pipeline bubble, kaitian against gloo (_bench_pipeline.py)

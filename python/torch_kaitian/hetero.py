@@ -14,6 +14,7 @@ docs/heterogeneous.md.
 import dataclasses
 import math
 import os
+import sys
 import time
 import warnings
 from fractions import Fraction
@@ -26,12 +27,14 @@ from torch.utils.data._utils.collate import default_collate
 
 from . import _device
 from ._device import _collective_device as _coll_device
+from .planner import StepCurve, decide, equalize, predict, speed_order
 
-__all__ = ["measure_capability", "capabilities", "HeteroSampler", "HeteroDDP", "weighted_mean",
-           "shares"]
+__all__ = ["measure_capability", "capabilities", "plan", "HeteroPlan", "HeteroSampler",
+           "HeteroDDP", "weighted_mean", "shares"]
 
 _ENV_CAPS = "KAITIAN_CAPABILITIES"
-_last_caps = None  # the figures of the last measure_capability (a list of floats)
+_last_caps = None    # the figures of the last measure_capability (a list of floats)
+_last_curves = None  # and its step-time curves (planner.StepCurve per rank)
 
 
 # ---- helpers ---------------------------------------------------------------------------
@@ -154,92 +157,185 @@ def _time_steps(step, dev, steps, seconds, warmup):
 
 
 def measure_capability(model=None, sample=None, steps=None, loss_fn=None, warmup=2,
-                       seconds=0.3, group=None):
-    """Samples per second of forward + backward of `model` on `sample` on this
-    rank's device, all-gathered: returns a list with one figure per rank of
-    `group` (default: the whole job), the same on every rank, and keeps it for
-    capabilities() and HeteroSampler.
+                       seconds=0.3, group=None, global_batch_size=None):
+    """Samples per second of forward + backward of `model` on this rank's
+    device, at the share of the global batch this rank would get: returns a
+    list with one figure per rank of `group` (default: the whole job), the same
+    on every rank, and keeps it for capabilities() and HeteroSampler, with
+    each rank's step-time curve for plan().
+
+    Each rank is timed at two or more batch sizes: the sample's own, then the
+    share the job would give it at `global_batch_size` (default: the sample's
+    batch times the number of ranks), then, where the fitted curve moves that
+    share far from both, there too; t(b) = a + b c is fitted per rank (see
+    planner.StepCurve) and the shares that make the ranks finish together
+    give the figures returned (samples/s at each rank's share).
 
     model: an nn.Module on the device this rank computes on (default: a GEMM
       workload on torch_kaitian.device()). sample: one batch, a tensor or a
       tuple of forward's arguments, or (inputs, target) with loss_fn; its dim 0
-      is the batch size. loss_fn(output, target): the loss (default: the mean
-      square of the outputs). steps: timed steps (default: as many as fit in
-      `seconds`, at least 3), after `warmup` untimed ones.
+      is the batch size (larger batches repeat it). loss_fn(output, target):
+      the loss (default: the mean square of the outputs). steps: timed steps
+      per batch size (default: as many as fit in `seconds`, at least 3), after
+      `warmup` untimed ones.
     The model's gradients and buffers (BatchNorm statistics) are restored
     afterwards. With KAITIAN_CAPABILITIES set, nothing is measured: its figures
-    are returned. Every rank of the group must call it (one all_gather)."""
-    global _last_caps
+    are returned. Every rank of the group must call it (a few all_gathers)."""
+    global _last_caps, _last_curves
     rank, world = _world(group)
     override = _env_caps(world)
-    if override is not None:
-        rate = float("nan")  # nothing to measure; the gather still checks every rank agrees
-    else:
-        rate = _measure(rank, model, sample, steps, loss_fn, warmup, seconds)
-    mine = torch.tensor([rate], dtype=torch.float64, device=_coll_device(group))
-    every = [torch.zeros_like(mine) for _ in range(world)]
-    dist.all_gather(every, mine, group=group)
-    rates = [float(t.item()) for t in every]
-    unset = [r for r, v in enumerate(rates) if not math.isnan(v)]
-    if override is not None or any(math.isnan(v) for v in rates):
+    flag = torch.tensor([1.0 if override is not None else 0.0], dtype=torch.float64,
+                        device=_coll_device(group))
+    every = [torch.zeros_like(flag) for _ in range(world)]
+    dist.all_gather(every, flag, group=group)
+    unset = [r for r, v in enumerate(every) if v.item() == 0.0]
+    if override is not None or len(unset) < world:
         if unset:
             raise ValueError(f"rank {rank}: {_ENV_CAPS} is set on some ranks and not on ranks "
                              f"{unset}: set it on all or none")
-        _last_caps = override
+        _last_caps = list(override)
+        _last_curves = [StepCurve(0.0, 1.0 / c) if c > 0 else None for c in override]
         return list(override)
-    _last_caps = rates
+    with _Stepper(rank, model, sample, loss_fn) as stepper:
+        total = (int(global_batch_size) if global_batch_size is not None
+                 else stepper.batch * world)
+        if total < 1:
+            raise ValueError(f"rank {rank}: measure_capability: global_batch_size must be a "
+                             f"positive integer, not {global_batch_size!r}")
+        curves, _ = _measure_curves(stepper, total, group, steps, seconds, warmup)
+    share = equalize(curves, range(world), total)
+    rates = [curves[r].rate(share[r]) for r in range(world)]
+    _last_caps, _last_curves = rates, curves
     return list(rates)
 
 
-def _measure(rank, model, sample, steps, loss_fn, warmup, seconds):
-    """This rank's samples/s (see measure_capability)."""
-    if isinstance(model, DistributedDataParallel):
-        model = model.module  # time the module itself: DDP would communicate
-    if model is None:
-        if sample is not None:
-            raise ValueError(f"rank {rank}: measure_capability: sample given without a model")
-        model, sample = _default_workload(_device.device())
-    elif sample is None:
-        raise ValueError(f"rank {rank}: measure_capability(model): a sample batch is needed "
-                         f"(sample=)")
-    dev = _model_device(model)
-    sample = _to(sample, dev)
-    if loss_fn is not None:
-        if not (isinstance(sample, (list, tuple)) and len(sample) == 2):
-            raise ValueError(f"rank {rank}: measure_capability with loss_fn needs "
-                             f"sample=(inputs, target)")
-        inputs, target = sample
-    else:
-        inputs, target = sample, None
-    args = inputs if isinstance(inputs, (list, tuple)) else (inputs,)
-    first = _first_tensor(args)
-    if first is None or first.dim() == 0:
-        raise ValueError(f"rank {rank}: measure_capability: the sample has no batch dimension")
-    batch = first.shape[0]
-    params = [p for p in model.parameters() if p.requires_grad]
-    saved_grads = [p.grad for p in params]
-    saved_bufs = [(b, b.detach().clone()) for b in model.buffers()]
+class _Stepper:
+    """Times forward + backward of a model on batches of any size made from one
+    sample batch (cut, or repeated along dim 0); restores the model's gradients,
+    buffers and the random streams when closed."""
 
-    def step():
-        for p in params:
-            p.grad = None
-        out = model(*args)
-        loss = loss_fn(out, target) if loss_fn is not None else _scalar_loss(out)
-        loss.backward()
+    def __init__(self, rank, model, sample, loss_fn):
+        if isinstance(model, DistributedDataParallel):
+            model = model.module  # time the module itself: DDP would communicate
+        if model is None:
+            if sample is not None:
+                raise ValueError(f"rank {rank}: measure_capability: sample given without a model")
+            model, sample = _default_workload(_device.device())
+        elif sample is None:
+            raise ValueError(f"rank {rank}: measure_capability(model): a sample batch is needed "
+                             f"(sample=)")
+        self.dev = _model_device(model)
+        sample = _to(sample, self.dev)
+        if loss_fn is not None:
+            if not (isinstance(sample, (list, tuple)) and len(sample) == 2):
+                raise ValueError(f"rank {rank}: measure_capability with loss_fn needs "
+                                 f"sample=(inputs, target)")
+        first = _first_tensor(sample)
+        if first is None or first.dim() == 0:
+            raise ValueError(f"rank {rank}: measure_capability: the sample has no batch dimension")
+        self.model, self.sample, self.loss_fn = model, sample, loss_fn
+        self.batch = int(first.shape[0])
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self._saved_grads = [p.grad for p in self.params]
+        self._saved_bufs = [(b, b.detach().clone()) for b in model.buffers()]
+        self._rng = None
+        self._sized = {}
 
-    # The ranks time different numbers of steps: keep the random streams (dropout)
-    # where they were, so that seeded code after this call agrees across ranks.
-    devices = [dev.index or 0] if dev.type == "cuda" else []
-    try:
-        with torch.random.fork_rng(devices=devices):
-            k, elapsed = _time_steps(step, dev, steps, seconds, warmup)
-    finally:
-        for p, g in zip(params, saved_grads):
+    def __enter__(self):
+        # The ranks time different numbers of steps: keep the random streams
+        # (dropout) where they were, so that seeded code after this call agrees.
+        devices = [self.dev.index or 0] if self.dev.type == "cuda" else []
+        self._rng = torch.random.fork_rng(devices=devices)
+        self._rng.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        for p, g in zip(self.params, self._saved_grads):
             p.grad = g
         with torch.no_grad():
-            for b, v in saved_bufs:
+            for b, v in self._saved_bufs:
                 b.copy_(v)
-    return batch * k / elapsed if elapsed > 0 else float("inf")
+        self._sized.clear()
+        self._rng.__exit__(*exc)
+        return False
+
+    def _batch_of(self, b):
+        """The sample cut or repeated to b rows (the last one made is kept)."""
+        if b not in self._sized:
+            self._sized.clear()
+            self._sized[b] = _resize(self.sample, self.batch, b)
+        return self._sized[b]
+
+    def time(self, b, steps, seconds, warmup):
+        """Seconds per step at a batch of b."""
+        data = self._batch_of(b)
+        if self.loss_fn is not None:
+            inputs, target = data
+        else:
+            inputs, target = data, None
+        args = inputs if isinstance(inputs, (list, tuple)) else (inputs,)
+
+        def step():
+            for p in self.params:
+                p.grad = None
+            out = self.model(*args)
+            loss = self.loss_fn(out, target) if self.loss_fn is not None else _scalar_loss(out)
+            loss.backward()
+
+        k, elapsed = _time_steps(step, self.dev, steps, seconds, warmup)
+        return elapsed / k
+
+
+def _resize(obj, have, want):
+    """Every tensor in obj with `have` rows cut or repeated to `want` rows."""
+    if isinstance(obj, torch.Tensor):
+        if obj.dim() == 0 or obj.shape[0] != have:
+            return obj
+        if want <= have:
+            return obj[:want]
+        reps = -(-want // have)
+        return obj.repeat(reps, *([1] * (obj.dim() - 1)))[:want]
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_resize(x, have, want) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _resize(v, have, want) for k, v in obj.items()}
+    return obj
+
+
+def _gather_floats(values, group):
+    """all_gather of a few floats per rank: a list of lists, in rank order."""
+    mine = torch.tensor([float(v) for v in values], dtype=torch.float64,
+                        device=_coll_device(group))
+    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(every, mine, group=group)
+    return [[float(x) for x in t.cpu().tolist()] for t in every]
+
+
+def _measure_curves(stepper, total, group, steps, seconds, warmup):
+    """Every rank's StepCurve (the same list on every rank) and this rank's
+    measured points [(batch, seconds)]: timed at the sample's batch, at the
+    share the rates there would give, and once more at the planned share
+    where it lies beyond half or twice every batch timed."""
+    rank, world = _world(group)
+    b0 = min(stepper.batch, total)
+    points = [(b0, stepper.time(b0, steps, seconds, warmup))]
+    rates = [b0 / t[0] for t in _gather_floats([points[0][1]], group)]
+    b1 = shares(total, rates)[rank] if sum(rates) > 0 else b0
+    if b1 < 1 or 0.75 * b0 <= b1 <= 1.5 * b0:
+        b1 = min(total, 2 * b0) if 2 * b0 <= total else max(1, b0 // 2)
+    if b1 != b0:
+        points.append((b1, stepper.time(b1, steps, seconds, 1)))
+    for _ in range(2):
+        curve = StepCurve.fit(points)
+        curves = [StepCurve(a, c) for a, c in _gather_floats([curve.a, curve.c], group)]
+        want = equalize(curves, range(world), total)[rank]
+        far = want > 0 and all(not 0.5 * b <= want <= 2 * b for b, _ in points)
+        if not any(v[0] for v in _gather_floats([1.0 if far else 0.0], group)):
+            return curves, points
+        if far:
+            points.append((want, stepper.time(want, steps, seconds, 1)))
+    curve = StepCurve.fit(points)
+    return [StepCurve(a, c) for a, c in _gather_floats([curve.a, curve.c], group)], points
 
 
 def capabilities(world_size=None):
@@ -259,6 +355,244 @@ def capabilities(world_size=None):
 
 
 _capabilities = capabilities  # HeteroSampler's argument of the same name hides it
+
+
+# ---- the plan: shares, the ranks that pay, rebalancing ------------------------------------
+
+def _grad_buckets(model, bucket_cap_mb):
+    """(numel, dtype) of the gradient buckets DDP would make for `model`: per
+    dtype, a first bucket of 1 MiB, then `bucket_cap_mb` MiB each."""
+    per_dtype = {}
+    for p in model.parameters():
+        if p.requires_grad:
+            per_dtype[p.dtype] = per_dtype.get(p.dtype, 0) + p.numel()
+    first = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1 << 20)
+    cap = int(bucket_cap_mb * (1 << 20))
+    out = []
+    for dt, n in per_dtype.items():
+        size = torch.tensor([], dtype=dt).element_size()
+        lim = max(1, first // size)
+        while n > 0:
+            k = min(n, lim)
+            out.append((k, dt))
+            n -= k
+            lim = max(1, cap // size)
+    return out
+
+
+def _time_exchange(buckets, dev, group, reps=3):
+    """Median seconds of one step's gradient exchange on `group`: every bucket's
+    all_reduce issued at once (as DDP issues them), all waited for, the device
+    synchronised. Every rank of the group calls it."""
+    bufs = [torch.zeros(n, dtype=dt, device=dev) for n, dt in buckets]
+    avg = dist.get_backend(group) == "kaitian"
+    times = []
+    for i in range(reps + 1):
+        _synchronize(dev)
+        t0 = time.perf_counter()
+        works = [dist.all_reduce(b, op=dist.ReduceOp.AVG if avg else dist.ReduceOp.SUM,
+                                 group=group, async_op=True) for b in bufs]
+        for w in works:
+            w.wait()
+        _synchronize(dev)
+        if i:
+            times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def _measure_exchanges(model, curves, total, bucket_cap_mb):
+    """The gradient exchange of `model` on each prefix of the ranks ordered
+    fastest first (2 ranks and more), measured on the ranks' own devices:
+    ({ranks: seconds}, {ranks: group}). Every rank of the job calls it (the
+    groups are made on all of them)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    order = speed_order(curves, total)
+    buckets = _grad_buckets(model, bucket_cap_mb)
+    dev = _model_device(model)
+    mine, groups = [], {}
+    for k in range(2, world + 1):
+        ranks = tuple(sorted(order[:k]))
+        g = None if k == world else dist.new_group(list(ranks))
+        groups[ranks] = g
+        mine.append(_time_exchange(buckets, dev, g) if rank in ranks and buckets else 0.0)
+    every = _gather_floats(mine, None) if mine else []
+    exchange = {}
+    for i, ranks in enumerate(groups):
+        exchange[ranks] = max(every[r][i] for r in ranks)
+    return exchange, groups
+
+
+class HeteroPlan:
+    """What plan() decided for this job, and how it changes while training.
+
+    active: the ranks that compute and exchange gradients (sorted); left_out:
+    the others (share 0 every step, no gradient exchange); shares: every
+    rank's share of a full global batch now; leader: the first active rank,
+    whose parameters are the job's; predicted_rate / predicted_step: the
+    model's figures for the plan (samples/s, seconds); curves: each rank's
+    StepCurve; exchange: {ranks: seconds} measured; devices: each rank's
+    device; history: the rebalancing steps taken [(step, shares)].
+    Give it to HeteroSampler(plan=) and HeteroDDP(plan=)."""
+
+    def __init__(self, decision, exchange, devices, groups=None, rebalance=True, window=20,
+                 drift=0.10, lag=2, verbose=True):
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.total = decision.total
+        self.decision = decision
+        self.curves = list(decision.curves)
+        self.exchange = dict(exchange or {})
+        self.devices = list(devices)
+        self.active = decision.active
+        self.left_out = decision.left_out
+        self.leader = self.active[0]
+        self.shares = decision.shares
+        self.predicted_rate = decision.chosen.rate
+        self.predicted_step = decision.chosen.step
+        self.rebalance, self.window, self.drift = bool(rebalance), int(window), float(drift)
+        if self.window < 1:
+            raise ValueError(f"rank {self.rank}: plan: window must be >= 1, not {window}")
+        self.lag = int(lag)
+        self.history = []
+        self.verbose = verbose
+        self._schedule = [(0, list(self.shares))]  # (from step, shares), steps counted by the sampler
+        self._yielded = 0                          # steps the sampler has handed out
+        self._lag_needed = self.lag
+        # The exchange group of the active ranks: the default one when every
+        # rank is active, none when only one is (it exchanges nothing).
+        groups = dict(groups or {})
+        key = tuple(self.active)
+        if len(self.active) == self.world:
+            self.group = None
+        elif len(self.active) == 1:
+            self.group = None
+        elif key in groups:
+            self.group = groups.pop(key)
+        else:
+            self.group = dist.new_group(self.active)
+        for ranks, g in groups.items():
+            if g is not None and self.rank in ranks:
+                dist.destroy_process_group(g)
+
+    @property
+    def is_active(self):
+        return self.rank in self.active
+
+    def describe(self):
+        return self.decision.describe(self.devices)
+
+    def shares_at(self, step):
+        """Every rank's share of a full global batch at sampler step `step`."""
+        out = self._schedule[0][1]
+        for start, sh in self._schedule:
+            if start <= step:
+                out = sh
+        return list(out)
+
+    def _next_step(self):
+        """The sampler hands out one more step: its number."""
+        s = self._yielded
+        self._yielded += 1
+        return s
+
+    def _change(self, step, new, at_step, busy):
+        """New shares from sampler step `at_step` on (decided at step `step`,
+        the same on every rank)."""
+        if self._yielded > at_step:
+            raise RuntimeError(
+                f"rank {self.rank}: HeteroPlan: the shares change at step {at_step}, but this "
+                f"rank's sampler has already handed out step {self._yielded - 1} (DataLoader "
+                f"prefetch); give plan(..., lag=) more than prefetch_factor * num_workers + 1")
+        self._schedule.append((at_step, list(new)))
+        old, self.shares = self.shares, list(new)
+        self.history.append((at_step, list(new)))
+        if self.verbose and self.rank == 0:
+            times = ", ".join(f"{b * 1e3:.1f}" if b is not None else "-" for b in busy)
+            print(f"torch_kaitian: rebalanced at step {step}: observed step times (ms) {times}; "
+                  f"shares {':'.join(map(str, old))} -> {':'.join(map(str, new))} from step "
+                  f"{at_step}", file=sys.stderr, flush=True)
+
+    def _observe(self, step, ratios, busy):
+        """One check of the observed step times (a list per rank: the mean ratio
+        of observed to predicted step time, the mean observed seconds, or None):
+        rebalance when the active ranks drifted more than `drift` apart."""
+        seen = [busy[r] for r in self.active if busy[r] is not None and self.shares[r] > 0]
+        if not self.rebalance or len(seen) < 2 or len(seen) < len(
+                [r for r in self.active if self.shares[r] > 0]):
+            return False
+        if max(seen) <= min(seen) * (1 + self.drift):
+            return False
+        self.curves = [c if ratios[r] is None else StepCurve(c.a * ratios[r], c.c * ratios[r])
+                       for r, c in enumerate(self.curves)]
+        d = decide(self.curves, self.total, self.exchange or None, allowed=self.active)
+        # A change must be worth it on the curves just corrected: at least half
+        # the drift, so that a share of a few samples does not swing back and forth.
+        now = predict(self.curves, self.shares)
+        if d.shares == self.shares or d.chosen.compute > now / (1 + self.drift / 2):
+            return False
+        self.decision = d
+        self.predicted_rate, self.predicted_step = d.chosen.rate, d.chosen.step
+        self._change(step, d.shares, step + self._lag_needed, busy)
+        return True
+
+
+def plan(model, sample, global_batch_size, loss_fn=None, steps=None, warmup=2, seconds=0.3,
+         bucket_cap_mb=25, min_gain=0.03, rebalance=True, window=20, drift=0.10, lag=2,
+         curves=None, exchange=None, verbose=True):
+    """Plan a heterogeneous job: measure each rank's step time against its
+    batch on its own device (two or more batch sizes, see
+    measure_capability), measure the gradient exchange of `model` on the
+    ranks ordered fastest first, and choose the ranks and shares of every
+    global batch of `global_batch_size` samples that maximise the predicted
+    samples/s (see planner.py for the model). A rank that cannot pay for the
+    exchange it causes is left out: share 0, no gradient exchange. The verdict
+    is printed once on rank 0 (verbose=False: not). Every rank of the job
+    calls it. Returns a HeteroPlan for HeteroSampler(plan=) and
+    HeteroDDP(plan=).
+
+    rebalance/window/drift: every `window` steps HeteroDDP compares the step
+    times the active ranks observed; more than `drift` apart, the shares are
+    recomputed from them (the same on every rank), taking effect `lag` steps
+    later (more with DataLoader workers: the sampler's loader() says how
+    many). min_gain: a larger set of ranks is chosen only when predicted this
+    much faster. curves / exchange: numbers to plan with instead of measuring
+    (a StepCurve or (a, c) per rank; {tuple of ranks: seconds}, sets of one
+    rank cost 0). KAITIAN_CAPABILITIES set: shares in proportion to it, every
+    rank active, nothing measured."""
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("torch_kaitian.plan: call dist.init_process_group first")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if int(global_batch_size) != global_batch_size or global_batch_size < 1:
+        raise ValueError(f"rank {rank}: plan: global_batch_size must be a positive integer, not "
+                         f"{global_batch_size!r}")
+    total = int(global_batch_size)
+    devices = [None] * world
+    dist.all_gather_object(devices, str(_model_device(model) if model is not None
+                                        else _device.device()))
+    groups = {}
+    override = _env_caps(world)
+    if override is not None:
+        curves = [StepCurve(0.0, 1.0 / c if c > 0 else math.inf) for c in override]
+        exchange = None
+    elif curves is None:
+        measure_capability(model, sample, steps=steps, loss_fn=loss_fn, warmup=warmup,
+                           seconds=seconds, global_batch_size=total)
+        curves = list(_last_curves)
+    else:
+        curves = [c if isinstance(c, StepCurve) else StepCurve(*map(float, c)) for c in curves]
+        if len(curves) != world:
+            raise ValueError(f"rank {rank}: plan: {len(curves)} curves for {world} ranks")
+    if override is None and exchange is None and world > 1:
+        if model is None:
+            raise ValueError(f"rank {rank}: plan: a model is needed to measure its gradient "
+                             f"exchange (or give exchange=)")
+        module = model.module if isinstance(model, DistributedDataParallel) else model
+        exchange, groups = _measure_exchanges(module, curves, total, bucket_cap_mb)
+    decision = decide(curves, total, exchange, min_gain=min_gain)
+    p = HeteroPlan(decision, exchange, devices, groups, rebalance=rebalance, window=window,
+                   drift=drift, lag=lag, verbose=verbose)
+    if verbose and rank == 0:
+        print(f"torch_kaitian: {p.describe()}", file=sys.stderr, flush=True)
+    return p
 
 
 # ---- shares of a batch --------------------------------------------------------------------
@@ -312,7 +646,11 @@ class HeteroSampler(Sampler):
     """
 
     def __init__(self, dataset, global_batch_size, shuffle=True, seed=0, drop_last=False,
-                 capabilities=None, rank=None, world_size=None, group=None):
+                 capabilities=None, rank=None, world_size=None, group=None, plan=None):
+        if plan is not None and (capabilities is not None or group is not None):
+            raise ValueError(f"rank {_world()[0]}: HeteroSampler: give plan= or "
+                             f"capabilities=/group=, not both")
+        self.plan = plan
         r, w = _world(group)
         self.rank = r if rank is None else int(rank)
         self.world_size = w if world_size is None else int(world_size)
@@ -327,7 +665,14 @@ class HeteroSampler(Sampler):
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
         self.drop_last = bool(drop_last)
-        caps = _capabilities(self.world_size) if capabilities is None else capabilities
+        if plan is not None:
+            if plan.world != self.world_size or plan.total != self.global_batch_size:
+                raise ValueError(f"{who}: the plan is for {plan.world} ranks and a global batch of "
+                                 f"{plan.total}, not {self.world_size} and "
+                                 f"{self.global_batch_size}")
+            caps = plan.shares
+        else:
+            caps = _capabilities(self.world_size) if capabilities is None else capabilities
         self.capabilities = _check_caps(caps, self.world_size, "HeteroSampler capabilities")
         self.epoch = 0
         n = len(dataset)
@@ -337,10 +682,14 @@ class HeteroSampler(Sampler):
             self._steps = [b] * full
         else:
             self._steps = [b] * full + [tail]
-        self.full_shares = shares(b, self.capabilities)
+        self._set_shares(shares(b, self.capabilities))
+
+    def _set_shares(self, full):
+        self.full_shares = list(full)
         # A short last step never gives a rank more than a full step does, so a
         # DataLoader batching by local_batch_size never splits it in two.
-        self.last_shares = (shares(self._steps[-1], self.capabilities, cap=self.full_shares)
+        b = self.global_batch_size
+        self.last_shares = (shares(self._steps[-1], self.full_shares, cap=self.full_shares)
                             if self._steps and self._steps[-1] != b else list(self.full_shares))
 
     @property
@@ -406,9 +755,29 @@ class HeteroSampler(Sampler):
                         f"drop_last=True or a larger global_batch_size")
 
     def __iter__(self):
+        if self.plan is not None and self.plan.rebalance:
+            raise ValueError(f"rank {self.rank}: HeteroSampler: a plan that rebalances changes "
+                             f"the shares while training, which a DataLoader with a fixed "
+                             f"batch_size cannot follow: use sampler.loader() (or "
+                             f"sampler.batches() as batch_sampler), or plan(..., rebalance=False)")
         self._check_batching()
         for batch in self.rank_batches():
             yield from batch
+
+    def _planned_batches(self):
+        """This rank's batches, each step's shares taken from the plan as the
+        step is handed out (they may change while training)."""
+        order = self._order()
+        pos = 0
+        for b in self._steps:
+            step = self.plan._next_step()
+            full = self.plan.shares_at(step)
+            if full != self.full_shares:
+                self._set_shares(full)
+            sh = self.full_shares if b == self.global_batch_size else self.last_shares
+            lo = pos + sum(sh[:self.rank])
+            yield order[lo:lo + sh[self.rank]]
+            pos += b
 
     def __len__(self):
         return sum(self.step_shares(s)[self.rank] for s in range(self.num_steps))
@@ -426,6 +795,10 @@ class HeteroSampler(Sampler):
             if bad in dataloader_kwargs:
                 raise TypeError(f"HeteroSampler.loader(): {bad}= is set by the sampler")
         collate = _EmptySafeCollate(self.dataset, collate_fn or default_collate)
+        if self.plan is not None:
+            workers = int(dataloader_kwargs.get("num_workers", 0) or 0)
+            ahead = workers * int(dataloader_kwargs.get("prefetch_factor") or 2) if workers else 0
+            self.plan._lag_needed = max(self.plan._lag_needed, ahead + 2)
         return DataLoader(self.dataset, batch_sampler=self.batches(), collate_fn=collate,
                           **dataloader_kwargs)
 
@@ -435,6 +808,8 @@ class _StepBatches(Sampler):
         self.parent = parent
 
     def __iter__(self):
+        if self.parent.plan is not None:
+            return self.parent._planned_batches()
         return iter(self.parent.rank_batches())
 
     def __len__(self):
@@ -502,24 +877,12 @@ class _ScaleGrad(torch.autograd.Function):
 
 
 def _scale_outputs(out, state):
-    if isinstance(out, torch.Tensor):
-        if out.requires_grad:
+    def scale(t):
+        if t.requires_grad:
             state.wrapped += 1
-            return _ScaleGrad.apply(out, state)
-        return out
-    if dataclasses.is_dataclass(out) and not isinstance(out, type):
-        return dataclasses.replace(out, **{f.name: _scale_outputs(getattr(out, f.name), state)
-                                           for f in dataclasses.fields(out) if f.init})
-    if isinstance(out, tuple) and hasattr(out, "_fields"):  # namedtuple
-        return type(out)(*(_scale_outputs(x, state) for x in out))
-    if isinstance(out, (list, tuple)):
-        return type(out)(_scale_outputs(x, state) for x in out)
-    if isinstance(out, dict):
-        new = out.copy()
-        for k, v in out.items():
-            new[k] = _scale_outputs(v, state)
-        return new
-    return out
+            return _ScaleGrad.apply(t, state)
+        return t
+    return _map_tensors(out, scale)
 
 
 def _avg_hook(group, bucket):
@@ -540,6 +903,106 @@ def _avg_hook(group, bucket):
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
+class _Observer:
+    """This rank's observed step times, for rebalancing: per gradient exchange,
+    the time from the end of the last exchange to the last bucket's hook (the
+    rank's own work: optimizer step, data, forward and backward, without the
+    wait for the others), on the device's clock (CUDA events on a CUDA device,
+    so that no device is synchronised), divided by the microsteps it held."""
+
+    def __init__(self, dev):
+        self.cuda = dev.type == "cuda"
+        self.done = None     # stamp at the end of the last exchange
+        self.pending = []    # (start event, end event, microsteps, samples) not yet read
+        self.samples = []    # (seconds per microstep, samples per microstep)
+        self.n = self.m = 0  # samples and microsteps since the last exchange
+
+    def _stamp(self):
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def forward(self, n):
+        self.n += n
+        self.m += 1
+
+    def last_bucket(self):
+        end = self._stamp()
+        if self.done is not None and self.m > 0:
+            if self.cuda:
+                self.pending.append((self.done, end, self.m, self.n))
+            else:
+                self.samples.append(((end - self.done) / self.m, self.n / self.m))
+        self.n = self.m = 0
+        self.done = None
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(self._requeue)
+        except Exception:  # noqa: BLE001 - no stamp: the next step is not observed
+            pass
+
+    def _requeue(self):
+        # DDP queues its end-of-backward callback (which waits for every bucket)
+        # after this hook's: queued again from here, the stamp comes after it.
+        torch.autograd.Variable._execution_engine.queue_callback(self._finished)
+
+    def _finished(self):
+        self.done = self._stamp()
+
+    def reset(self):
+        self.samples.clear()
+        self.pending.clear()
+
+    def summary(self, curve):
+        """(mean observed / predicted, mean observed seconds), or None."""
+        keep = []
+        for start, end, m, n in self.pending:
+            if end.query():
+                self.samples.append((start.elapsed_time(end) / 1e3 / m, n / m))
+            else:
+                keep.append((start, end, m, n))
+        self.pending = keep
+        if not self.samples:
+            return None
+        busy = sum(t for t, _ in self.samples) / len(self.samples)
+        ratio = sum(t / curve.time(b) for t, b in self.samples) / len(self.samples)
+        return ratio, busy
+
+
+def _observing_hook(state, bucket):
+    """_avg_hook that also stamps the end of this rank's backward for the plan."""
+    group, obs = state
+    if bucket.is_last():
+        obs.last_bucket()
+    return _avg_hook(group, bucket)
+
+
+def _map_tensors(out, fn):
+    """out with fn applied to every tensor in it (tensors, tuples, named tuples,
+    lists, dicts, dataclasses)."""
+    if isinstance(out, torch.Tensor):
+        return fn(out)
+    if dataclasses.is_dataclass(out) and not isinstance(out, type):
+        return dataclasses.replace(out, **{f.name: _map_tensors(getattr(out, f.name), fn)
+                                           for f in dataclasses.fields(out) if f.init})
+    if isinstance(out, tuple) and hasattr(out, "_fields"):  # namedtuple
+        return type(out)(*(_map_tensors(x, fn) for x in out))
+    if isinstance(out, (list, tuple)):
+        return type(out)(_map_tensors(x, fn) for x in out)
+    if isinstance(out, dict):
+        new = out.copy()
+        for k, v in out.items():
+            new[k] = _map_tensors(v, fn)
+        return new
+    return out
+
+
+def _leaf(t):
+    """A left-out rank's output: backward works on it and reaches no parameter."""
+    return t.detach().requires_grad_() if t.is_floating_point() or t.is_complex() else t
+
+
 class HeteroDDP(DistributedDataParallel):
     """DistributedDataParallel whose gradients are the exact mean over the global
     batch when each rank's loss is the mean over its own batch, however uneven
@@ -555,15 +1018,59 @@ class HeteroDDP(DistributedDataParallel):
     flow through the outputs (a weight penalty added to the loss) are averaged
     as plain DDP averages them. Gradient accumulation with no_sync() gives what
     plain DDP gives with even batches: the sum over microsteps of each
-    microstep's global mean. Every DDP argument is accepted."""
+    microstep's global mean. Every DDP argument is accepted.
 
-    def __init__(self, module, **ddp_kwargs):
-        super().__init__(module, **ddp_kwargs)
+    plan: a HeteroPlan (torch_kaitian.plan). Only its active ranks exchange
+    gradients (over a group of their own; a plan of one active rank exchanges
+    nothing: that rank trains as the plain module). A rank left out runs its
+    (empty) batches with no autograd graph from the model's output to its
+    parameters, so its parameters stay as they were unless the loss has terms
+    of its own in them (a weight penalty); they are not the job's either way:
+    sync_parameters() brings every rank the leader's, and checkpoints of the
+    optimizer state are the leader's (plan.leader) to save. Every
+    `plan.window` steps every rank of the job
+    meets in one small all_gather, where the active ranks' observed step times
+    rebalance the shares when they drift apart (see plan()); a rank that
+    failed is seen there by every other."""
+
+    def __init__(self, module, plan=None, **ddp_kwargs):
+        mode = "ddp"
+        if plan is not None:
+            if "process_group" in ddp_kwargs:
+                raise ValueError(f"rank {dist.get_rank()}: HeteroDDP: give plan= or "
+                                 f"process_group=, not both (the plan chooses the group)")
+            if not plan.is_active:
+                mode = "out"
+            elif len(plan.active) == 1:
+                mode = "alone"
+        if mode == "ddp":
+            if plan is not None:
+                ddp_kwargs["process_group"] = plan.group
+            super().__init__(module, **ddp_kwargs)
+        else:
+            torch.nn.Module.__init__(self)
+            self.module = module
+            self.process_group = None
+            self.require_backward_grad_sync = True
+            self.require_forward_param_sync = True
+        self._kt_mode = mode
+        self._kt_plan = plan
         self._kt_next_n = None
         self.last_batch_size = None
         self._kt_state = None
-        self.register_comm_hook(self.process_group, _avg_hook)
         self._kt_warned = False
+        self._kt_forwards = 0
+        self._kt_reset_at = None
+        self._kt_obs = None
+        if mode == "ddp" and plan is not None:
+            self._kt_obs = _Observer(_model_device(module))
+            self.register_comm_hook((self.process_group, self._kt_obs), _observing_hook)
+        elif mode == "ddp":
+            self.register_comm_hook(self.process_group, _avg_hook)
+
+    @property
+    def plan(self):
+        return self._kt_plan
 
     def set_batch_size(self, n):
         """This rank's batch size for the next forward (when dim 0 of its first
@@ -593,12 +1100,61 @@ class HeteroDDP(DistributedDataParallel):
         st.weight()
         return st.total
 
+    def sync_parameters(self):
+        """Every rank of the job gets the parameters and buffers of the plan's
+        leader (without a plan: of rank 0). A collective: every rank calls it,
+        e.g. before saving a checkpoint on a rank that may have been left out,
+        or before evaluating on every rank."""
+        src = self._kt_plan.leader if self._kt_plan is not None else 0
+        tensors = [t.data for t in self.module.parameters()] + list(self.module.buffers())
+        if tensors:
+            pg = dist.distributed_c10d._get_default_group()
+            dist._broadcast_coalesced(pg, tensors, 250 * (1 << 20), src)
+
+    def _kt_tick(self):
+        """Every grad-enabled forward: count it; every plan.window of them, the
+        job's one all_gather of what each rank observed (the rebalancing)."""
+        plan = self._kt_plan
+        k = self._kt_forwards
+        self._kt_forwards += 1
+        if self._kt_reset_at is not None and k >= self._kt_reset_at:
+            self._kt_reset_at = None
+            if self._kt_obs is not None:
+                self._kt_obs.reset()
+        if k == 0 or k % plan.window:
+            return
+        seen = self._kt_obs.summary(plan.curves[plan.rank]) if self._kt_obs is not None else None
+        nan = float("nan")
+        rows = _gather_floats([seen[0] if seen else nan, seen[1] if seen else nan,
+                               plan._lag_needed], None)
+        plan._lag_needed = max(int(r[2]) for r in rows)
+        ratios = [None if math.isnan(r[0]) else r[0] for r in rows]
+        busy = [None if math.isnan(r[1]) else r[1] for r in rows]
+        if self._kt_obs is not None:
+            self._kt_obs.reset()  # each window is judged on its own steps
+        if plan._observe(k, ratios, busy):
+            self._kt_reset_at = k + plan._lag_needed
+
     def forward(self, *inputs, **kwargs):
         n = self._batch_size(inputs, kwargs)
         self.last_batch_size = n
         if not torch.is_grad_enabled():
             self._kt_state = None
+            if self._kt_mode != "ddp":
+                return self.module(*inputs, **kwargs)
             return super().forward(*inputs, **kwargs)
+        if self._kt_plan is not None:
+            self._kt_tick()
+        if self._kt_mode == "out":
+            self._kt_state = None
+            with torch.no_grad():
+                out = self.module(*inputs, **kwargs)
+            return _map_tensors(out, _leaf)
+        if self._kt_mode == "alone":
+            self._kt_state = None
+            return self.module(*inputs, **kwargs)
+        if self._kt_obs is not None:
+            self._kt_obs.forward(n)
         count = torch.tensor([float(n)], dtype=torch.float64,
                              device=_coll_device(self.process_group))
         work = dist.all_reduce(count, group=self.process_group, async_op=True)

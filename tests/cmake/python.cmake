@@ -22,8 +22,10 @@ if(NOT kt_py_rc EQUAL 0)
 endif()
 
 set(KT_PY_DIR ${KT_TEST_DIR}/python)
-# Every test loads this build's library and runs ranks under the same Python.
+# Every test loads this build's library and runs ranks under the same Python; on a
+# host with accelerators, -n beyond them fills up with CPU ranks (auto+cpu).
 set(KT_PY_ENV KAITIAN_LIBRARY=$<TARGET_FILE:kaitian> PYTHON=${KT_PYTHON} KAITIAN_TIMEOUT=120000
+    KAITIAN_DEVICES=auto+cpu
     PYTHONPATH=${PROJECT_SOURCE_DIR}/python)
 
 # kt_py_test(name timeout_s command...)
@@ -53,7 +55,22 @@ kt_py_test(hetero_exact_np4_accum 200 ${KT_CLI} run -n 4 ${KT_PY_DIR}/test_heter
 kt_py_test(hetero_exact_np3_gloo 200 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_hetero.py exact
            --caps 1,2,5 --accum 2 --backend gloo)
 kt_py_test(hetero_slow 120 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_hetero.py slow)
-set_tests_properties(python_hetero_slow PROPERTIES SKIP_RETURN_CODE 77)
+kt_py_test(hetero_planner 120 ${KT_PYTHON} ${KT_PY_DIR}/test_hetero.py planner)
+kt_py_test(hetero_exact_np3_plan 200 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_hetero.py exact
+           --caps 1,2,5 --plan-out 1)
+kt_py_test(hetero_exact_np3_plan_accum 200 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_hetero.py exact
+           --caps 1,2,5 --plan-out 0 --accum 2)
+kt_py_test(hetero_exact_np3_plan_gloo 200 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_hetero.py exact
+           --caps 1,2,5 --plan-out 2 --backend gloo)
+kt_py_test(hetero_curves 200 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_hetero.py curves)
+kt_py_test(hetero_leaveout 200 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_hetero.py leaveout)
+kt_py_test(hetero_rebalance 200 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_hetero.py rebalance)
+kt_py_test(hetero_overhead 120 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_hetero.py overhead)
+kt_py_test(hetero_leftout_fails 200 ${KT_PYTHON} ${KT_PY_DIR}/test_hetero.py drive_leftout_fails
+           ${KT_CLI})
+set_tests_properties(python_hetero_slow python_hetero_curves python_hetero_leaveout
+                     python_hetero_rebalance PROPERTIES SKIP_RETURN_CODE 77)
+kt_py_test(bench_hetero_smoke 300 ${KT_PYTHON} ${KT_PY_DIR}/test_bench_hetero.py ${KT_CLI} ${KT_PYTHON})
 kt_py_test(train_zero 500 ${KT_PYTHON} ${KT_PY_DIR}/test_train_zero.py ${KT_CLI})
 kt_py_test(train_gpt 500 ${KT_PYTHON} ${KT_PY_DIR}/test_train_gpt.py ${KT_CLI})
 kt_py_test(train_hetero 400 ${KT_PYTHON} ${KT_PY_DIR}/test_train_hetero.py ${KT_CLI})

@@ -12,7 +12,8 @@
  * (status 2) or SPEC says why (a message on stderr, captured here); an
  * accepted one is within the documented bounds (1..4096 ranks per node,
  * node rank below the node count, a master port 1..65534, a program inside
- * argv, a device plan whose counts add up to its total and to -n). */
+ * argv, a device plan whose counts add up to its total and to -n, auto and
+ * auto+cpu accepted only alone). */
 #include "../../tools/kaitian/run.c"
 
 #include <sanitizer/common_interface_defs.h>
@@ -64,7 +65,11 @@ static off_t capture_end(void) {
 }
 
 static void check_devspec(const kt_run_devspec *d) {
-  if (d->is_auto) return;
+  check(!d->fill_cpu || d->is_auto, "auto+cpu is a kind of auto");
+  if (d->is_auto) {
+    check(!strcmp(d->text, d->fill_cpu ? "auto+cpu" : "auto"), "auto and auto+cpu stand alone");
+    return;
+  }
   check(d->ntypes >= 1 && d->ntypes <= KT_RUN_MAX_TYPES, "1..16 device types");
   int sum = 0;
   for (int i = 0; i < d->ntypes; i++) {

@@ -3,16 +3,18 @@
 # CI has no GPU). Builds libkaitian, then runs with the Python that has a CUDA
 # torch ($PYTHON, else python3):
 #   1. the Python tests (test_ops repeats every case on cuda tensors when CUDA
-#      is available; async, errors, import);
+#      is available; async, errors, import), 2 and 3 ranks with --devices
+#      auto+cpu (one rank per GPU, then CPU ranks: plain auto refuses -n
+#      beyond the GPUs);
 #   2. a job mixing a CUDA rank and a CPU rank (CUDA hidden from rank 1):
 #      test_ops --quick and the digits demo;
 #   2b. heterogeneous data parallelism in a job of one CUDA rank and two CPU
 #      ranks (kaitian run --devices cuda:1,cpu:2): HeteroSampler + HeteroDDP
 #      against one process in float64 (test_hetero.py exact --on-device), the
 #      example train_hetero.py, and measure_capability on both device types;
-#   3. the digits demo, 2 ranks of the default device plan (auto: one rank per
-#      GPU, then CPU ranks; on a 1-GPU host cuda:0 and cpu), over kaitian and
-#      over gloo (same seed: the loss curves are printed side by side);
+#   3. the digits demo, 2 ranks of --devices auto+cpu (one rank per GPU, then
+#      CPU ranks; on a 1-GPU host cuda:0 and cpu), over kaitian and over gloo
+#      (same seed: the loss curves are printed side by side);
 #   4. torch's conformance suite (tests/python/conformance.py) at 2 and 3 ranks,
 #      with CUDA hidden (the suite needs a GPU per rank otherwise);
 #   5. python -m torch_kaitian.bench (CPU tensors, kaitian vs gloo) on this torch;
@@ -40,10 +42,10 @@ KT="$B/kaitian"
 T="$ROOT/tests/python"
 run import "$PY" "$T/test_import.py"
 run ops_np1 "$KT" run -n 1 "$T/test_ops.py"
-run ops_np2 "$KT" run -n 2 "$T/test_ops.py"
-run ops_np3 "$KT" run -n 3 "$T/test_ops.py" --quick
-run async "$KT" run -n 2 "$T/test_async.py"
-for s in timeout dead_peer mismatch ddp; do run "errors_$s" "$KT" run -n 2 "$T/test_errors.py" "$s"; done
+run ops_np2 "$KT" run --devices auto+cpu -n 2 "$T/test_ops.py"
+run ops_np3 "$KT" run --devices auto+cpu -n 3 "$T/test_ops.py" --quick
+run async "$KT" run --devices auto+cpu -n 2 "$T/test_async.py"
+for s in timeout dead_peer mismatch ddp; do run "errors_$s" "$KT" run --devices auto+cpu -n 2 "$T/test_errors.py" "$s"; done
 # Rank 1 sees no CUDA device: a job mixing a GPU rank and a CPU rank.
 cat >"$OUT/cpu_rank1.sh" <<'SH'
 #!/bin/sh
@@ -61,8 +63,8 @@ if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.device_count() >= 1 els
 else
   echo "== hetero_*: SKIP (no CUDA device)"
 fi
-run digits_cuda "$KT" run -n 2 "$ROOT/examples/train_digits.py" --loss-log "$OUT/kaitian.json"
-run digits_gloo "$KT" run -n 2 "$ROOT/examples/train_digits.py" --backend gloo --loss-log "$OUT/gloo.json"
+run digits_cuda "$KT" run --devices auto+cpu -n 2 "$ROOT/examples/train_digits.py" --loss-log "$OUT/kaitian.json"
+run digits_gloo "$KT" run --devices auto+cpu -n 2 "$ROOT/examples/train_digits.py" --backend gloo --loss-log "$OUT/gloo.json"
 "$PY" - "$OUT/kaitian.json" "$OUT/gloo.json" <<'PYEOF' || fails=$((fails + 1))
 import json, sys
 try:

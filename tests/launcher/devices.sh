@@ -3,8 +3,10 @@
 # rank sees (KAITIAN_DEVICE, LOCAL_WORLD_SIZE, its CPUs, OMP_NUM_THREADS);
 # every plan error is one line and exit 2 (malformed SPEC, -n disagreeing,
 # unknown type, more ranks than devices, a type switched off, a bad switch,
-# discovery failing); auto asks torch only for a .py program, once; the
-# USE_<TYPE> / KAITIAN_USE_<TYPE> switches; KAITIAN_DEVICES as the default;
+# discovery failing); auto asks torch only for a .py program, once, and
+# puts no CPU rank beside accelerators (-n beyond them is an error naming
+# auto+cpu), auto+cpu fills up with CPU ranks; the USE_<TYPE> /
+# KAITIAN_USE_<TYPE> switches; KAITIAN_DEVICES as the default;
 # the plan at INFO; a plan per node. Accelerators are played by a fake
 # $PYTHON that answers the discovery with FAKE_DEVICES, so the CUDA paths are
 # checked on a host without a GPU. Args: KAITIAN_CLI
@@ -118,6 +120,14 @@ run s_type --devices CUDA:1 true
 one_error s_type 2 "bad device type 'CUDA'"
 run s_auto --devices auto,cpu:1 true
 one_error s_auto 2 "auto stands alone"
+run s_autocpu --devices auto+cpu,cpu:1 true
+one_error s_autocpu 2 "^kaitian run: --devices auto\\+cpu,cpu:1: auto\\+cpu stands alone, it cannot be combined with other items\$"
+run s_autocpu2 --devices cuda:1,auto+cpu true
+one_error s_autocpu2 2 "auto\\+cpu stands alone"
+run s_autocpu3 KAITIAN_DEVICES=cpu,auto+cpu true
+one_error s_autocpu3 2 "^kaitian run: KAITIAN_DEVICES=cpu,auto\\+cpu: auto\\+cpu stands alone"
+run s_autogpu --devices auto+gpu true
+one_error s_autogpu 2 "bad device type 'auto\\+gpu'"
 run s_cpa --cpus-per-accel 0 --devices cpu:1 true
 one_error s_cpa 2 "bad value '0' for --cpus-per-accel"
 [ "$(discoveries)" = 0 ] || fail "a malformed SPEC asked torch for devices"
@@ -190,8 +200,10 @@ one_error acc_tpu 2 "^kaitian run: --devices: unknown device type 'tpu' \\(this 
 run acc_off USE_CUDA=0 --devices cuda:1 true
 one_error acc_off 2 '^kaitian run: --devices cuda:1 needs CUDA, switched off by USE_CUDA=0$'
 
-# 8. auto with a .py program: one rank per accelerator; -n fills up with CPU
-# ranks or stops early; torch is asked once per launch.
+# 8. auto with a .py program: one rank per accelerator, or the first -n of
+# them; -n beyond them is an error (no CPU rank beside accelerators unless
+# asked for: auto+cpu or an explicit plan); auto+cpu fills up with CPU ranks;
+# with no accelerator both give -n CPU ranks; torch is asked once per launch.
 rm -f "$TMP/disc.log"
 run auto "$TMP/train.py"
 expect_rc 0 $RC "auto train.py"
@@ -200,16 +212,63 @@ grep -q '^\[0\] dev=cuda:0 lws=2 ' "$TMP/auto.out" && grep -q '^\[1\] dev=cuda:1
   || fail "auto: not cuda:0 and cuda:1"
 [ "$(discoveries)" = 1 ] || fail "auto asked torch $(discoveries) times"
 run auto3 -n 3 "$TMP/train.py"
-grep -q '^\[2\] dev=cpu lws=3 ' "$TMP/auto3.out" && grep -q '^\[1\] dev=cuda:1 ' "$TMP/auto3.out" \
-  || fail "auto -n 3: expected cuda:0, cuda:1, cpu"
+one_error auto3 2 "^kaitian run: -n 3 asks for more ranks than this host's 2 accelerators \\(cuda:2\\); --devices auto puts no rank on the CPU beside accelerators: give --devices auto\\+cpu to fill up with CPU ranks, or an explicit plan such as --devices cuda:2,cpu:1\$"
+run auto1gpu FAKE_DEVICES='cuda 1\n' -n 2 "$TMP/train.py"
+one_error auto1gpu 2 "^kaitian run: -n 2 asks for more ranks than this host's 1 accelerator \\(cuda:1\\);.* --devices auto\\+cpu .* --devices cuda:1,cpu:1\$"
+run auto_kd KAITIAN_DEVICES=auto -n 3 "$TMP/train.py"
+one_error auto_kd 2 "^kaitian run: -n 3 asks for more ranks than this host's 2 accelerators"
+rm -f "$TMP/disc.log"
+run acpu3 --devices auto+cpu -n 3 "$TMP/train.py"
+expect_rc 0 $RC "--devices auto+cpu -n 3 train.py"
+[ "$(nranks acpu3)" = 3 ] || fail "auto+cpu -n 3: $(nranks acpu3) ranks"
+[ "$(discoveries)" = 1 ] || fail "auto+cpu asked torch $(discoveries) times"
+# the environment of each rank, as for --devices cuda:2,cpu:1 in 7.
+if [ "$C" -ge 3 ]; then
+  check acpu3 0 cuda:0 3 0 1 1; check acpu3 1 cuda:1 3 1 2 1; check acpu3 2 cpu 3 2 "$C" $((C - 2))
+else
+  o=$(omp_unbound 3)
+  check acpu3 0 cuda:0 3 all - "$o"; check acpu3 1 cuda:1 3 all - "$o"; check acpu3 2 cpu 3 all - "$o"
+fi
+run acpu_kd KAITIAN_DEVICES=auto+cpu -n 3 "$TMP/train.py"
+expect_rc 0 $RC "KAITIAN_DEVICES=auto+cpu -n 3 train.py"
+[ "$(nranks acpu_kd)" = 3 ] && grep -q '^\[1\] dev=cuda:1 lws=3 ' "$TMP/acpu_kd.out" \
+  && grep -q '^\[2\] dev=cpu lws=3 ' "$TMP/acpu_kd.out" || fail "KAITIAN_DEVICES=auto+cpu -n 3: expected cuda:0, cuda:1, cpu"
+run acpu_win KAITIAN_DEVICES=auto+cpu --devices auto -n 3 "$TMP/train.py"
+one_error acpu_win 2 "asks for more ranks than this host's 2 accelerators"
+run acpu1gpu FAKE_DEVICES='cuda 1\n' --devices auto+cpu -n 2 "$TMP/train.py"
+expect_rc 0 $RC "auto+cpu -n 2 on a 1-GPU host"
+[ "$(nranks acpu1gpu)" = 2 ] && grep -q '^\[0\] dev=cuda:0 lws=2 ' "$TMP/acpu1gpu.out" \
+  && grep -q '^\[1\] dev=cpu lws=2 ' "$TMP/acpu1gpu.out" || fail "auto+cpu -n 2, 1 GPU: expected cuda:0, cpu"
+run acpu_all --devices auto+cpu "$TMP/train.py"
+[ "$(nranks acpu_all)" = 2 ] && grep -q '^\[1\] dev=cuda:1 lws=2 ' "$TMP/acpu_all.out" \
+  || fail "auto+cpu without -n: expected cuda:0 and cuda:1 only"
+for spec in auto auto+cpu; do
+  run none FAKE_DEVICES='cuda 0\n' --devices $spec -n 2 "$TMP/train.py"
+  expect_rc 0 $RC "--devices $spec -n 2, no accelerator"
+  [ "$(nranks none)" = 2 ] && grep -q '^\[0\] dev=cpu lws=2 ' "$TMP/none.out" \
+    && grep -q '^\[1\] dev=cpu lws=2 ' "$TMP/none.out" || fail "--devices $spec -n 2, no accelerator: not 2 CPU ranks"
+  [ -s "$TMP/none.err" ] && fail "--devices $spec -n 2, no accelerator: the launcher said something"
+  run none1 FAKE_DEVICES='' --devices $spec "$TMP/train.py"
+  [ "$(nranks none1)" = 1 ] && grep -q '^\[0\] dev=cpu lws=1 ' "$TMP/none1.out" \
+    || fail "--devices $spec, torch knows no accelerator: not 1 CPU rank"
+done
+run acpu_c --devices auto+cpu -n 2 sh -c "$PROBE"
+[ "$(nranks acpu_c)" = 2 ] && grep -q '^\[1\] dev=cpu lws=2 ' "$TMP/acpu_c.out" \
+  || fail "auto+cpu -n 2 with a C program: not 2 CPU ranks"
 run auto1 -n 1 "$TMP/train.py"
 [ "$(nranks auto1)" = 1 ] && grep -q '^\[0\] dev=cuda:0 lws=1 ' "$TMP/auto1.out" || fail "auto -n 1: expected cuda:0 only"
+run acpu1 --devices auto+cpu -n 1 "$TMP/train.py"
+[ "$(nranks acpu1)" = 1 ] && grep -q '^\[0\] dev=cuda:0 lws=1 ' "$TMP/acpu1.out" || fail "auto+cpu -n 1: expected cuda:0 only"
 run auto_off USE_CUDA=0 "$TMP/train.py"
 [ "$(nranks auto_off)" = 1 ] && grep -q '^\[0\] dev=cpu lws=1 ' "$TMP/auto_off.out" || fail "USE_CUDA=0: cuda not dropped"
+run auto_off4 USE_CUDA=0 -n 4 "$TMP/train.py"
+[ "$(nranks auto_off4)" = 4 ] && grep -q '^\[3\] dev=cpu lws=4 ' "$TMP/auto_off4.out" || fail "USE_CUDA=0 -n 4: not 4 CPU ranks"
 run auto_on KAITIAN_USE_CUDA=1 USE_CUDA=0 "$TMP/train.py"
 [ "$(nranks auto_on)" = 2 ] || fail "KAITIAN_USE_CUDA=1 did not win over USE_CUDA=0"
-run auto_nocpu KAITIAN_USE_CPU=0 -n 3 "$TMP/train.py"
+run auto_nocpu KAITIAN_USE_CPU=0 --devices auto+cpu -n 3 "$TMP/train.py"
 one_error auto_nocpu 2 "^kaitian run: -n 3 needs 1 CPU rank besides the 2 accelerator ranks, but the CPU is switched off by KAITIAN_USE_CPU=0\$"
+run auto_nocpu2 KAITIAN_USE_CPU=0 -n 3 "$TMP/train.py"
+one_error auto_nocpu2 2 "^kaitian run: -n 3 asks for more ranks than this host's 2 accelerators"
 run auto_gpu KAITIAN_USE_CPU=0 "$TMP/train.py"
 expect_rc 0 $RC "KAITIAN_USE_CPU=0 with accelerators for every rank"
 run auto_x FAKE_DEVICES='cuda 1\nxpu 2\n' "$TMP/train.py"
@@ -217,6 +276,10 @@ grep -q '^\[0\] dev=cuda:0 lws=3 ' "$TMP/auto_x.out" && grep -q '^\[2\] dev=xpu:
   || fail "auto with cuda 1, xpu 2: expected cuda:0, xpu:0, xpu:1"
 run auto_nox FAKE_DEVICES='cuda 1\nxpu 2\n' KAITIAN_USE_XPU=no "$TMP/train.py"
 [ "$(nranks auto_nox)" = 1 ] || fail "KAITIAN_USE_XPU=no did not drop xpu"
+run auto_nox2 FAKE_DEVICES='cuda 1\nxpu 2\n' KAITIAN_USE_XPU=no -n 3 "$TMP/train.py"
+one_error auto_nox2 2 "^kaitian run: -n 3 asks for more ranks than this host's 1 accelerator switched on \\(cuda:1\\);.* --devices cuda:1,cpu:2\$"
+run auto_x4 FAKE_DEVICES='cuda 1\nxpu 2\n' -n 4 "$TMP/train.py"
+one_error auto_x4 2 "this host's 3 accelerators \\(cuda:1,xpu:2\\);.* --devices cuda:1,xpu:2,cpu:1\$"
 run auto_badsw FAKE_DEVICES='cuda 1\nxpu 2\n' USE_XPU=perhaps "$TMP/train.py"
 one_error auto_badsw 2 "USE_XPU=perhaps is not a switch"
 
@@ -226,10 +289,12 @@ one_error auto_badsw 2 "USE_XPU=perhaps is not a switch"
 # counts as failing.
 run d_err FAKE_ERR="RuntimeError: no driver here" --devices cuda:1 true
 one_error d_err 2 "^kaitian run: --devices cuda:1: cannot ask torch which devices this host has: .*exited with code 1: RuntimeError: no driver here\$"
-run d_auto FAKE_ERR="RuntimeError: no driver here" -n 2 "$TMP/train.py"
-expect_rc 0 $RC "auto, discovery failing"
-[ "$(nranks d_auto)" = 2 ] && grep -q '^\[1\] dev=cpu lws=2 ' "$TMP/d_auto.out" || fail "auto, discovery failing: not 2 CPU ranks"
-[ -s "$TMP/d_auto.err" ] && fail "auto, discovery failing: a warning at the default level"
+for spec in auto auto+cpu; do
+  run d_auto FAKE_ERR="RuntimeError: no driver here" --devices $spec -n 2 "$TMP/train.py"
+  expect_rc 0 $RC "$spec, discovery failing"
+  [ "$(nranks d_auto)" = 2 ] && grep -q '^\[1\] dev=cpu lws=2 ' "$TMP/d_auto.out" || fail "$spec, discovery failing: not 2 CPU ranks"
+  [ -s "$TMP/d_auto.err" ] && fail "$spec, discovery failing: a warning at the default level"
+done
 run d_info FAKE_ERR="RuntimeError: no driver here" KAITIAN_DEBUG=INFO "$TMP/train.py"
 expect_grep "cannot ask torch .*RuntimeError: no driver here.*planning CPU ranks" "$TMP/d_info.err" "INFO line of a failed discovery"
 run d_junk FAKE_DEVICES='Python 3.11.2\n' --devices cuda:1 true
@@ -269,13 +334,21 @@ expect_grep '^\[1\] rank=1 world=3 lws=2 dev=cpu$' "$TMP/mn0.out" "node 0's plan
 expect_grep '^\[2\] rank=2 world=3 lws=1 dev=cuda:0$' "$TMP/mn1.out" "node 1's plan"
 
 # 12. This host's real torch, where /usr/bin/python3 is there: auto gives CPU
-# ranks when it sees no CUDA; cuda:1 then says how many there are (0), or
-# that torch cannot be asked.
+# ranks when it sees no CUDA (on a 1-GPU host -n 2 is an error, auto+cpu
+# gives cuda:0 and cpu); cuda:1 then says how many there are (0), or that
+# torch cannot be asked.
 unset PYTHON FAKE_DEVICES
 if [ -x /usr/bin/python3 ]; then
   ncuda=$(/usr/bin/python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null)
   printf 'import os\nprint("dev=%%s lws=%%s" %% (os.environ["KAITIAN_DEVICE"], os.environ["LOCAL_WORLD_SIZE"]))\n' >"$TMP/who.py"
   run real -n 2 "$TMP/who.py"
+  if [ "${ncuda:-0}" = 1 ]; then
+    one_error real 2 "^kaitian run: -n 2 asks for more ranks than this host's 1 accelerator .*auto\\+cpu"
+    run real --devices auto+cpu -n 2 "$TMP/who.py"
+    expect_rc 0 $RC "auto+cpu who.py under /usr/bin/python3, 1 CUDA device"
+    grep -q '^\[0\] dev=cuda:0 lws=2$' "$TMP/real.out" && grep -q '^\[1\] dev=cpu lws=2$' "$TMP/real.out" \
+      || fail "auto+cpu -n 2 on a 1-GPU host: not cuda:0 and cpu"
+  fi
   expect_rc 0 $RC "auto who.py under /usr/bin/python3"
   if [ "${ncuda:-0}" = 0 ]; then
     grep -q '^\[1\] dev=cpu lws=2$' "$TMP/real.out" || fail "auto on a host without CUDA: not CPU ranks"

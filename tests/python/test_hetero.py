@@ -12,9 +12,26 @@
             penalty besides the model's output); plain DDP on the same
             batches ends elsewhere (the weighting is real); weighted_mean gives
             the union's loss.
+            --plan-out R: with a plan (made-up numbers) that leaves rank R out:
+            its batches are empty, the others exchange over a group of their
+            own, the result is the same; sync_parameters gives rank R the job's.
   slow      under `kaitian run -n 2`: rank 1 shares its CPU with a busy process
             this test starts; measure_capability ranks it below rank 0 (ratio
             >= 1.3) and HeteroSampler gives it the smaller share.
+  planner   one process: the planner's pure functions on made-up numbers (the
+            fit, equalize against brute force, leaving out, min_gain, the verdict).
+  curves    2 ranks, rank 1 slowed by a busy process: slower at both batch sizes
+            timed and at a third; the fit predicts the third within 25%.
+  leaveout  2 ranks, rank 1 slowed about 8x by 7 busy processes, a model whose
+            exchange costs more than rank 1's work: plan() leaves it out (share
+            0); training on the plan equals one process (float64, 1e-10).
+  rebalance 2 ranks, even at first; rank 1 slowed from step 20: its share shrinks
+            within 4 windows; parameters equal one process on the same batches.
+  overhead  HeteroDDP with a plan: one non-blocking all_reduce per step, in
+            forward; one all_gather per window; on a CUDA device, no device
+            synchronisation (torch.cuda.set_sync_debug_mode("error")).
+  leftout_fails / drive_leftout_fails KAITIAN_CLI: a left-out rank raises; the
+            job ends with an error within 60 s, never hangs.
 """
 import argparse
 import os
@@ -241,12 +258,15 @@ def reference(caps, accum):
     return model, losses, steps
 
 
-def train(caps, accum, ddp_class, use_loader, dev):
+def train(caps, accum, ddp_class, use_loader, dev, plan=None):
     rank, p = dist.get_rank(), dist.get_world_size()
     ds = make_data()
-    model = ddp_class(make_model().to(dev), device_ids=[dev.index] if dev.type == "cuda" else None)
+    kw = {"plan": plan} if plan is not None else {}
+    model = ddp_class(make_model().to(dev), device_ids=[dev.index] if dev.type == "cuda" else None,
+                      **kw)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
-    sampler = tk.HeteroSampler(ds, BATCH, seed=1, capabilities=caps)
+    sampler = (tk.HeteroSampler(ds, BATCH, seed=1, plan=plan) if plan is not None else
+               tk.HeteroSampler(ds, BATCH, seed=1, capabilities=caps))
     sizes, losses = [], []
     done, epoch = 0, 0
     while done < STEPS * accum:
@@ -273,7 +293,7 @@ def train(caps, accum, ddp_class, use_loader, dev):
                 opt.step()
             done += 1
         epoch += 1
-    return model.module, sizes, losses
+    return model.module, sizes, losses, model
 
 
 def rel_diff(a, b):
@@ -281,15 +301,39 @@ def rel_diff(a, b):
                for x, y in zip(a.parameters(), b.parameters()))
 
 
-def test_exact(caps, accum, backend_note, on_device):
+def forced_plan(caps, out):
+    """A plan from made-up numbers: rank `out` far slower than the rest and an
+    exchange with it too costly, the others as fast as their caps."""
+    from torch_kaitian.planner import StepCurve, speed_order
+    curves = [StepCurve(0.0, 1e-3 / c) for c in caps]
+    curves[out] = StepCurve(0.0, 10.0)
+    order = speed_order(curves, BATCH)
+    exchange = {tuple(sorted(order[:k])): 0.0 for k in range(2, len(caps))}
+    exchange[tuple(range(len(caps)))] = 1e9
+    pl = tk.plan(None, None, BATCH, curves=curves, exchange=exchange, rebalance=False,
+                 verbose=dist.get_rank() == 0)
+    check(pl.left_out == [out], f"forced plan: left out {pl.left_out}, expected [{out}]")
+    return pl
+
+
+def test_exact(caps, accum, backend_note, on_device, plan_out=None):
     rank, p = dist.get_rank(), dist.get_world_size()
     check(len(caps) == p, f"--caps {caps} for {p} ranks")
+    pl = None
+    if plan_out is not None:
+        pl = forced_plan(caps, plan_out)
+        caps = [float(s) for s in pl.shares]
+        backend_note += f", plan leaving out rank {plan_out}"
     ref, ref_losses, steps = reference(caps, accum)
     sizes_all = [[len(b) for b in mb] for st in steps for mb in st]
     check(p == 1 or any(0 in s for s in sizes_all), f"the plan has no empty batch: {sizes_all}")
     use_loader = any(0 in s for s in sizes_all)
     dev = tk.device() if on_device else torch.device("cpu")
-    got, sizes, losses = train(caps, accum, tk.HeteroDDP, use_loader, dev)
+    got, sizes, losses, wrapper = train(caps, accum, tk.HeteroDDP, use_loader, dev, pl)
+    if pl is not None:
+        # The left-out rank's parameters moved only by the weight penalty (a term
+        # outside the model's output); sync_parameters gives it the job's.
+        wrapper.sync_parameters()
     mine = [s[rank] for s in sizes_all]
     check(sizes == mine, f"local batch sizes {sizes}, expected {mine}")
     d = rel_diff(got, ref)
@@ -297,8 +341,8 @@ def test_exact(caps, accum, backend_note, on_device):
     dl = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
     check(dl <= 1e-12, f"weighted_mean of the losses vs the union's loss: {dl:.3e}")
     dp = 0.0
-    if p > 1:  # one rank: plain DDP is the union too
-        plain, _, _ = train(caps, accum, DDP, use_loader, dev)
+    if p > 1 and pl is None:  # one rank: plain DDP is the union too
+        plain, _, _, _ = train(caps, accum, DDP, use_loader, dev)
         dp = rel_diff(plain, ref)
         check(dp > 1e-6, f"plain DDP matches the union too ({dp:.3e}): the test cannot tell")
     devs = [None] * p
@@ -347,9 +391,395 @@ def test_slow():
         print(f"PASS slow (ratio {ratio:.2f})")
 
 
+# ---- the planner's decisions (one process, made-up numbers) --------------------------------
+
+def test_planner():
+    import itertools
+    import random
+    from torch_kaitian.planner import StepCurve, decide, equalize, rescale
+    # fit: exact points give the line back; a falling or negative-intercept fit stays physical.
+    c = StepCurve.fit([(8, 0.002 + 8e-4), (64, 0.002 + 64e-4), (512, 0.002 + 512e-4)])
+    check(abs(c.a - 0.002) < 1e-12 and abs(c.c - 1e-4) < 1e-15, f"fit of an exact line: {c}")
+    c = StepCurve.fit([(10, 0.5), (100, 0.4)])
+    check(c.c > 0 and abs(c.a - 0.45) < 1e-12, f"fit of a falling line: {c}")
+    c = StepCurve.fit([(10, 0.001), (100, 0.05)])
+    check(c.a == 0 and c.c > 0, f"fit with a negative intercept: {c}")
+    check(StepCurve.fit([(64, 0.032)]) == StepCurve(0.0, 0.0005), "fit of one point")
+    for bad in ([], [(0, 1.0)], [(5, 0.0)], [(5, float("nan"))]):
+        try:
+            StepCurve.fit(bad)
+            fail(f"StepCurve.fit({bad}) was accepted")
+        except ValueError as e:
+            check("no usable" in str(e), f"fit({bad}): {e}")
+    # equalize: the largest step time is the least any split of the batch gives (brute force).
+    rnd = random.Random(9)
+    for trial in range(300):
+        p = rnd.choice([2, 3])
+        curves = [StepCurve(rnd.choice([0, 1e-3, 5e-3, 2e-2]), rnd.choice([1e-4, 3e-4, 2e-3]))
+                  for _ in range(p)]
+        total = rnd.randrange(1, 40)
+        sh = equalize(curves, range(p), total)
+        check(sum(sh.values()) == total and min(sh.values()) >= 0, f"equalize sums: {sh}")
+        got = max(curves[r].time(sh[r]) for r in range(p))
+        best = min(max(curves[r].time(b[r]) for r in range(p))
+                   for b in itertools.product(range(total + 1), repeat=p) if sum(b) == total)
+        check(got <= best * (1 + 1e-12), f"equalize {curves} of {total}: {sh} takes {got}, the "
+              f"best split {best}")
+    # decide: the issue's GPU host (a GPU 30-100x a CPU rank, a 13.6 ms exchange with the CPUs):
+    # the CPU ranks are left out; in words that say so.
+    gpu, cpu = StepCurve(1.0e-3, 2.5e-7), StepCurve(5e-4, 3.5e-5)
+    d = decide([gpu, cpu, cpu], 8192, {(0, 1): 0.0136, (0, 1, 2): 0.0136})
+    check(d.active == [0] and d.shares == [8192, 0, 0], f"GPU host: {d.active} {d.shares}")
+    text = d.describe(["cuda:0", "cpu", "cpu"])
+    check("ranks 1, 2 (cpu) left out" in text and "of rank 0 (cuda:0) alone" in text
+          and "1.00x" in text, f"verdict: {text}")
+    # Comparable ranks (2:1) and a cheap exchange: both used, shares about 2:1, ranks finishing
+    # together; the same with an exchange worth more than the slow rank's work: left out.
+    a, b = StepCurve(0.0, 1e-3), StepCurve(0.0, 2e-3)
+    d = decide([a, b], 128, {(0, 1): 0.002})
+    check(d.active == [0, 1] and d.shares in ([85, 43], [86, 42]), f"2:1: {d.shares}")
+    d = decide([a, b], 128, {(0, 1): 0.05})
+    check(d.active == [0] and d.left_out == [1], f"2:1, costly exchange: {d.shares}")
+    # min_gain: a set predicted 2% faster is not taken at 3%, one 5% faster is.
+    slow = StepCurve(0.0, 1e-3 * 50)    # a rank 50x slower: about 2% more throughput
+    check(decide([a, slow], 1000, {(0, 1): 0.0}).active == [0], "2% gain taken")
+    check(decide([a, slow], 1000, {(0, 1): 0.0}, min_gain=0.01).active == [0, 1], "min_gain")
+    # allowed: rebalancing among the chosen ranks never brings a left-out one back.
+    d = decide([a, b, slow], 300, {(0, 1): 0.001, (0, 1, 2): 0.001}, allowed=[0, 2])
+    check(d.active == [0, 2] and d.shares[1] == 0, f"allowed: {d.shares}")
+    # No exchange figures: every rank, shares that equalise.
+    d = decide([a, b, b], 100, None)
+    check(d.active == [0, 1, 2] and sum(d.shares) == 100, f"exchange None: {d.shares}")
+    for bad in (0, -3, 2.5):
+        try:
+            decide([a], bad)
+            fail(f"decide(total={bad}) was accepted")
+        except ValueError as e:
+            check("positive integer" in str(e), f"decide({bad}): {e}")
+    # rescale: a rank observed twice as slow as predicted gets a curve twice as steep.
+    r = rescale([a, b], [10, 10], [0.02, None])
+    check(r[0] == StepCurve(0.0, 2e-3) and r[1] == b, f"rescale: {r}")
+    print("PASS planner (300 random splits against brute force)")
+
+
+# ---- curves and leaving out, measured on ranks this test slows --------------------------------
+
+def bound_apart():
+    """The CPUs of each of the 2 ranks; exits 77 (a skip) where they share any."""
+    cpus = [None] * dist.get_world_size()
+    dist.all_gather_object(cpus, sorted(os.sched_getaffinity(0)))
+    if set(cpus[0]) & set(cpus[1]):
+        print("SKIP: the two ranks share CPUs (not bound apart)")
+        dist.destroy_process_group()
+        sys.exit(77)
+    return cpus
+
+
+def slow_rank(k, rank=1):
+    """Start k CPU-bound processes on `rank`'s CPUs (on every rank: the list of
+    processes to kill, empty except on `rank`), where the ranks are bound apart.
+    Returns (processes, cpus of each rank)."""
+    cpus = bound_apart()
+    busy = []
+    if dist.get_rank() == rank and k:
+        mine = cpus[rank]
+        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                 preexec_fn=(lambda c=mine[i % len(mine)]: os.sched_setaffinity(0, {c})))
+                for i in range(k)]
+        time.sleep(0.3)
+    return busy, cpus
+
+
+def stop(busy):
+    for b in busy:
+        b.kill()
+        b.wait()
+
+
+def mlp(width, dtype=torch.float32):
+    torch.manual_seed(5)
+    return nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                         nn.Linear(width, 10)).to(dtype)
+
+
+def test_curves():
+    """A rank slowed by one busy process is measured slower at both batch sizes;
+    the fit predicts a third batch size within 25%."""
+    from torch_kaitian.hetero import _Stepper, _measure_curves
+    rank, p = dist.get_rank(), dist.get_world_size()
+    busy, cpus = slow_rank(1)
+    try:
+        model = mlp(256)
+        g = torch.Generator().manual_seed(1)
+        sample = (torch.randn(16, 64, generator=g), torch.randint(0, 10, (16,), generator=g))
+        with _Stepper(rank, model, sample, F.cross_entropy) as st:
+            curves, points = _measure_curves(st, 128, None, None, 0.3, 2)
+            third = 48
+            measured = st.time(third, None, 0.5, 1)
+            at_first = points[0]
+        rows = [None] * p
+        dist.all_gather_object(rows, (points, measured))
+    finally:
+        stop(busy)
+    predicted = curves[rank].time(third)
+    if rank == 0:
+        for r, (pts, m) in enumerate(rows):
+            print(f"curves: rank {r}: points {[(b, round(t * 1e3, 2)) for b, t in pts]} ms; "
+                  f"t(b) = {curves[r].a * 1e3:.3f} ms + b * {curves[r].c * 1e3:.4f} ms; batch "
+                  f"{third}: predicted {curves[r].time(third) * 1e3:.2f} ms, measured "
+                  f"{m * 1e3:.2f} ms", flush=True)
+    check(len(points) >= 2 and len({b for b, _ in points}) >= 2,
+          f"rank {rank} timed at {len(points)} batch sizes: {points}")
+    (p0, m0), (p1, m1) = rows
+    check(p1[0][1] > p0[0][1] * 1.2 and p1[0][0] == p0[0][0] == at_first[0],
+          f"at batch {p0[0][0]} the slowed rank took {p1[0][1]:.4f} s, the other {p0[0][1]:.4f} s")
+    check(m1 > m0 * 1.2, f"at batch {third} the slowed rank took {m1:.4f} s, the other {m0:.4f} s")
+    check(curves[1].time(128) > curves[0].time(128) * 1.2, f"curves {curves}")
+    err = abs(predicted - measured) / measured
+    check(err <= 0.25, f"the fit predicts {predicted * 1e3:.2f} ms at batch {third}, measured "
+          f"{measured * 1e3:.2f} ms ({err:.0%} off > 25%)")
+    dist.barrier()
+    if rank == 0:
+        print("PASS curves")
+
+
+def test_leaveout():
+    """Rank 1 slowed about 8x, a model whose exchange costs more than rank 1's
+    work is worth: the plan leaves it out, and the job still trains on the whole
+    global batch, exactly."""
+    rank = dist.get_rank()
+    busy, cpus = slow_rank(7)
+    try:
+        model = mlp(2048)
+        g = torch.Generator().manual_seed(1)
+        sample = (torch.randn(8, 64, generator=g), torch.randint(0, 10, (8,), generator=g))
+        pl = tk.plan(model, sample, 16, loss_fn=F.cross_entropy, rebalance=False)
+    finally:
+        stop(busy)
+    if rank == 0:
+        print(f"leaveout: curves {[(round(c.a * 1e3, 3), round(c.c * 1e3, 4)) for c in pl.curves]}"
+              f" (ms, ms/sample); exchange {pl.exchange}; {pl.describe()}", flush=True)
+    check(pl.left_out == [1] and pl.active == [0] and pl.shares == [16, 0],
+          f"the plan kept the slowed rank: active {pl.active}, shares {pl.shares}")
+    check(not pl.is_active if rank == 1 else pl.is_active, "is_active")
+    # Train the same architecture in float64 with the plan, against one process.
+    ds = TensorDataset(torch.randn(40, 64, generator=g, dtype=torch.float64),
+                       torch.randint(0, 10, (40,), generator=g))
+    sampler = tk.HeteroSampler(ds, 16, seed=2, plan=pl)
+    net = mlp(32, torch.float64)
+    before = [q.detach().clone() for q in net.parameters()]
+    model = tk.HeteroDDP(net, plan=pl)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sizes = []
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for x, y in sampler.loader():
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            sizes.append(len(y))
+    ref = mlp(32, torch.float64)
+    ropt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    steps = 0
+    for epoch in range(2):
+        order = torch.randperm(40, generator=torch.Generator().manual_seed(2 + epoch)).tolist()
+        for pos in range(0, 40, 16):
+            x, y = ds[order[pos:pos + 16]]
+            ropt.zero_grad()
+            F.cross_entropy(ref(x), y).backward()
+            ropt.step()
+            steps += 1
+    want = [16, 16, 8] * 2 if rank == 0 else [0] * 6
+    check(sizes == want, f"batch sizes {sizes}, expected {want}")
+    if rank == 1:
+        same = all(torch.equal(a, b) for a, b in zip(before, net.parameters()))
+        check(same, "the left-out rank's parameters changed")
+    model.sync_parameters()
+    d = rel_diff(net, ref)
+    check(d <= 1e-10, f"rank {rank} after sync_parameters: {d:.2e} from one process (> 1e-10)")
+    dist.barrier()
+    if rank == 0:
+        print(f"PASS leaveout ({steps} steps on rank 0 alone, rank 1 empty; {d:.1e} from one "
+              f"process)")
+
+
+def test_rebalance():
+    """Two ranks start even; half-way through, rank 1 is slowed (a busy process on
+    its CPU): within a few windows its share shrinks, and the parameters are those
+    of one process trained on the same global batches (float64)."""
+    rank, p = dist.get_rank(), dist.get_world_size()
+    cpus = bound_apart()
+    B, N, STEPS, SLOW_AT, WINDOW = 96, 96 * 8, 60, 20, 5
+    even = tk.planner.StepCurve(0.0, 1e-4)
+    pl = tk.plan(None, None, B, curves=[even, even], exchange={(0, 1): 0.0}, window=WINDOW,
+                 verbose=rank == 0)
+    check(pl.shares == [48, 48], f"even start: {pl.shares}")
+    g = torch.Generator().manual_seed(4)
+    ds = TensorDataset(torch.randn(N, 64, generator=g, dtype=torch.float64),
+                       torch.randint(0, 10, (N,), generator=g))
+    sampler = tk.HeteroSampler(ds, B, seed=3, plan=pl)
+    net = mlp(384, torch.float64)
+    model = tk.HeteroDDP(net, plan=pl)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    busy, step, sizes = [], 0, []
+    try:
+        epoch = 0
+        while step < STEPS:
+            sampler.set_epoch(epoch)
+            for x, y in sampler.loader():
+                if step == STEPS:
+                    break
+                if step == SLOW_AT and rank == 1:
+                    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                             preexec_fn=lambda: os.sched_setaffinity(0, set(cpus[1])))]
+                opt.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                opt.step()
+                sizes.append(len(y))
+                step += 1
+            epoch += 1
+    finally:
+        stop(busy)
+    # One process on the same global batches: step s of an epoch is the same B indices
+    # whatever the shares.
+    ref = mlp(384, torch.float64)
+    ropt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    s = 0
+    for epoch in range(STEPS * B // N + 1):
+        order = torch.randperm(N, generator=torch.Generator().manual_seed(3 + epoch)).tolist()
+        for pos in range(0, N, B):
+            if s == STEPS:
+                break
+            x, y = ds[order[pos:pos + B]]
+            ropt.zero_grad()
+            F.cross_entropy(ref(x), y).backward()
+            ropt.step()
+            s += 1
+    d = rel_diff(net, ref)
+    allsizes = [None] * p
+    dist.all_gather_object(allsizes, sizes)
+    if rank == 0:
+        print(f"rebalance: history {pl.history}; rank 1's batches {allsizes[1]}", flush=True)
+    check(all(a + b == B for a, b in zip(*allsizes)), f"steps do not add up to {B}: {allsizes}")
+    after = [(at, sh) for at, sh in pl.history if at > SLOW_AT]
+    check(after and after[0][1][1] < after[0][1][0] and after[0][0] <= SLOW_AT + 4 * WINDOW,
+          f"no smaller share for the slowed rank within {4 * WINDOW} steps of step {SLOW_AT}: "
+          f"history {pl.history}")
+    check(allsizes[1][-1] < B // 2 * 0.8, f"rank 1 ends with {allsizes[1][-1]} of {B}")
+    check(d <= 1e-10, f"rebalanced job vs one process: {d:.2e} > 1e-10")
+    if rank == 0:
+        print(f"PASS rebalance (first change for step {after[0][0]}: {after[0][1]}; {d:.1e} from "
+              f"one process)")
+
+
+def test_overhead():
+    """HeteroDDP with a plan: one non-blocking all_reduce per step (the batch size),
+    issued in forward, before backward; one all_gather per window; where a GPU is
+    the device, no synchronisation of it in the steps."""
+    rank, p = dist.get_rank(), dist.get_world_size()
+    dev = tk.device()
+    even = tk.planner.StepCurve(0.0, 1e-4)
+    pl = tk.plan(None, None, 32, curves=[even] * p, exchange={tuple(range(p)): 0.0}, window=4,
+                 verbose=False)
+    net = mlp(64).to(dev)
+    model = tk.HeteroDDP(net, plan=pl, device_ids=[dev.index] if dev.type == "cuda" else None)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    calls, phase = [], ["idle"]
+    real_ar, real_ag = dist.all_reduce, dist.all_gather
+
+    def all_reduce(*a, **k):
+        calls.append(("all_reduce", phase[0], bool(k.get("async_op"))))
+        return real_ar(*a, **k)
+
+    def all_gather(*a, **k):
+        calls.append(("all_gather", phase[0], bool(k.get("async_op"))))
+        return real_ag(*a, **k)
+
+    x = torch.randn(32 // p, 64, device=dev)
+    y = torch.randint(0, 10, (32 // p,), device=dev)
+    dist.all_reduce, dist.all_gather = all_reduce, all_gather
+    sync = dev.type == "cuda"
+    try:
+        if sync:
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+        for _ in range(9):
+            opt.zero_grad()
+            phase[0] = "forward"
+            loss = F.cross_entropy(model(x), y)
+            phase[0] = "backward"
+            loss.backward()
+            phase[0] = "step"
+            opt.step()
+    finally:
+        if sync:
+            torch.cuda.set_sync_debug_mode(0)
+        dist.all_reduce, dist.all_gather = real_ar, real_ag
+    ar = [c for c in calls if c[0] == "all_reduce"]
+    ag = [c for c in calls if c[0] == "all_gather"]
+    check(len(ar) == 9 and all(c[1] == "forward" and c[2] for c in ar),
+          f"batch-size exchanges: {ar} (expected 9, non-blocking, in forward)")
+    check(len(ag) == 2 and all(c[1] == "forward" for c in ag),
+          f"window all_gathers: {ag} (expected 2 in 9 steps of window 4)")
+    if rank == 0:
+        print(f"PASS overhead ({len(ar)} non-blocking batch-size all_reduces in forward, "
+              f"{len(ag)} window all_gathers{', no CUDA synchronisation' if sync else ''})")
+
+
+def test_leftout_fails():
+    """A left-out rank that raises: the job ends with an error, no hang (run by the
+    test driver under kaitian run, which checks the time and the status)."""
+    rank, p = dist.get_rank(), dist.get_world_size()
+    curves = [tk.planner.StepCurve(0.0, 1e-4)] * (p - 1) + [tk.planner.StepCurve(0.0, 1.0)]
+    ranks = tuple(range(p))
+    exchange = {ranks[:k]: 0.0 for k in range(2, p)}
+    exchange[ranks] = 1.0
+    pl = tk.plan(None, None, 12, curves=curves, exchange=exchange, window=3)
+    check(pl.left_out == [p - 1], f"left out {pl.left_out}")
+    g = torch.Generator().manual_seed(4)
+    ds = TensorDataset(torch.randn(48, 64, generator=g), torch.randint(0, 10, (48,), generator=g))
+    sampler = tk.HeteroSampler(ds, 12, plan=pl)
+    model = tk.HeteroDDP(mlp(32), plan=pl)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(50):
+        sampler.set_epoch(epoch)
+        for i, (x, y) in enumerate(sampler.loader()):
+            if rank == p - 1 and epoch == 2:
+                raise RuntimeError(f"rank {rank}: left-out rank fails on purpose")
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    fail("the job went on after its left-out rank failed")
+
+
+def drive_leftout_fails(cli):
+    """kaitian run -n 3 ... leftout_fails: an error, quickly, never a hang."""
+    t0 = time.time()
+    try:
+        p = subprocess.run([cli, "run", "-n", "3", sys.executable, os.path.abspath(__file__),
+                            "leftout_fails"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        fail("a job whose left-out rank failed hung (120 s)")
+    took = time.time() - t0
+    print(p.stdout)
+    check(p.returncode != 0, "the job whose left-out rank failed exited 0")
+    check("left-out rank fails on purpose" in p.stdout, "the failing rank's error is not shown")
+    check("went on after" not in p.stdout, "a rank went on after the failure")
+    check("rank 2 exited with code 1 (first)" in p.stdout,
+          "the launcher does not name rank 2 as the first to fail")
+    check(took < 60, f"the job took {took:.0f} s to end after its left-out rank failed")
+    print(f"PASS leftout_fails (exit {p.returncode} after {took:.1f} s)")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["sampler", "exact", "slow"])
+    ap.add_argument("what", choices=["sampler", "planner", "exact", "slow", "curves", "leaveout",
+                                     "rebalance", "overhead", "leftout_fails",
+                                     "drive_leftout_fails"])
+    ap.add_argument("cli", nargs="?", help="drive_leftout_fails: the kaitian command")
+    ap.add_argument("--plan-out", type=int, default=None,
+                    help="exact: a plan (made-up numbers) that leaves this rank out")
     ap.add_argument("--caps", default="1,3")
     ap.add_argument("--accum", type=int, default=1)
     ap.add_argument("--backend", default="kaitian")
@@ -358,12 +788,19 @@ def main():
     a = ap.parse_args()
     if a.what == "sampler":
         return test_sampler()
+    if a.what == "planner":
+        return test_planner()
+    if a.what == "drive_leftout_fails":
+        return drive_leftout_fails(a.cli)
     dist.init_process_group(a.backend)
     try:
         if a.what == "exact":
-            test_exact([float(c) for c in a.caps.split(",")], a.accum, a.backend, a.on_device)
+            test_exact([float(c) for c in a.caps.split(",")], a.accum, a.backend, a.on_device,
+                       a.plan_out)
         else:
-            test_slow()
+            {"slow": test_slow, "curves": test_curves, "leaveout": test_leaveout,
+             "rebalance": test_rebalance, "overhead": test_overhead,
+             "leftout_fails": test_leftout_fails}[a.what]()
     finally:
         dist.destroy_process_group()
 

@@ -93,10 +93,11 @@ static void env_markdown(void) {
          "`kaitian run` also reads two variables for each device type, named after the type\n"
          "and therefore not rows of the table: `KAITIAN_USE_<TYPE>` and `USE_<TYPE>` (`TYPE`\n"
          "upper-cased: `USE_CUDA`, `KAITIAN_USE_XPU`, `KAITIAN_USE_CPU`). `0`, `no`, `false` or\n"
-         "`off` switches the type off: `--devices auto` plans no rank on it, and an explicit\n"
-         "plan that needs it is an error. `1`, `yes`, `true`, `on` or unset leave it on.\n"
-         "`KAITIAN_USE_<TYPE>` wins when both are set; any other value is an error. A switch\n"
-         "is read only for a type the plan would use. See [launcher.md](launcher.md).\n");
+         "`off` switches the type off: `--devices auto` (or `auto+cpu`) plans no rank on it,\n"
+         "and an explicit plan that needs it is an error. `1`, `yes`, `true`, `on` or unset\n"
+         "leave it on. `KAITIAN_USE_<TYPE>` wins when both are set; any other value is an\n"
+         "error. A switch is read only for a type the plan would use. See\n"
+         "[launcher.md](launcher.md).\n");
 }
 
 int kt_tool_info(int argc, char **argv) {

@@ -146,14 +146,15 @@ bool kt__run_parse_devices(const char *text, const char *source, kt_run_devspec 
   memset(d, 0, sizeof *d);
   d->text = text;
   d->source = source;
-  if (!strcmp(text, "auto")) {
+  if (!strcmp(text, "auto") || !strcmp(text, "auto+cpu")) {
     d->is_auto = true;
+    d->fill_cpu = text[4] != '\0';
     return true;
   }
   char label[300];
   spec_label(d, label, sizeof label);
   if (!*text) {
-    kt__run_say(2, "kaitian run: %s is empty: give auto or TYPE[:COUNT],... (e.g. "
+    kt__run_say(2, "kaitian run: %s is empty: give auto, auto+cpu or TYPE[:COUNT],... (e.g. "
                    "cuda:2,cpu:2)", label);
     return false;
   }
@@ -161,13 +162,13 @@ bool kt__run_parse_devices(const char *text, const char *source, kt_run_devspec 
     const char *comma = strchr(p, ',');
     size_t len = comma ? (size_t)(comma - p) : strlen(p);
     if (len == 0) {
-      kt__run_say(2, "kaitian run: %s: empty item; the form is auto or TYPE[:COUNT],... "
-                     "(e.g. cuda:2,cpu:2)", label);
+      kt__run_say(2, "kaitian run: %s: empty item; the form is auto, auto+cpu or "
+                     "TYPE[:COUNT],... (e.g. cuda:2,cpu:2)", label);
       return false;
     }
-    if (len == 4 && !strncmp(p, "auto", 4)) {
-      kt__run_say(2, "kaitian run: %s: auto stands alone, it cannot be combined with other "
-                     "items", label);
+    if ((len == 4 && !strncmp(p, "auto", 4)) || (len == 8 && !strncmp(p, "auto+cpu", 8))) {
+      kt__run_say(2, "kaitian run: %s: %.*s stands alone, it cannot be combined with other "
+                     "items", label, (int)len, p);
       return false;
     }
     if (!parse_item(p, len, d, label)) return false;
@@ -517,8 +518,10 @@ static int check_explicit(const kt_run_devspec *d, const char *python) {
 }
 
 /* Every switched-on accelerator torch sees, one rank each in type order,
- * at most left of them, into out. Returns -1, or the exit status. */
-static int auto_accelerators(const known *k, int left, kt_run_devspec *out) {
+ * at most left of them, into out; *off: the devices of the types switched
+ * off. Returns -1, or the exit status. */
+static int auto_accelerators(const known *k, int left, kt_run_devspec *out, int *off) {
+  *off = 0;
   for (int i = 0; i < k->n && left > 0; i++) {
     if (k->count[i] <= 0) continue;
     bool on;
@@ -526,6 +529,7 @@ static int auto_accelerators(const known *k, int left, kt_run_devspec *out) {
     int rc = type_switch(k->name[i], &on, var, sizeof var);
     if (rc) return rc;
     if (!on) {
+      *off += k->count[i];
       if (kt__run_info_on())
         kt__run_say(2, "kaitian run: devices: %s (%d device%s) switched off by %s", k->name[i],
                     k->count[i], k->count[i] == 1 ? "" : "s", var);
@@ -538,9 +542,32 @@ static int auto_accelerators(const known *k, int left, kt_run_devspec *out) {
   return -1;
 }
 
-/* --devices auto: accelerators (only for a .py program) first, then CPU
- * ranks up to -n; -n CPU ranks (default 1) when there is no accelerator. */
-static int plan_auto(int nproc, bool nproc_given, bool py, const char *python,
+/* -n asks for more ranks than the accelerators of plan acc (all of them):
+ * auto puts no CPU rank beside them. Prints the error naming both ways to
+ * get CPU ranks; returns its exit status. */
+static int too_few_accelerators(int nproc, const kt_run_devspec *acc, int off) {
+  char list[KT_RUN_MAX_TYPES * (KT_RUN_TYPE_LEN + 12)];
+  size_t len = 0;
+  list[0] = '\0';
+  for (int i = 0; i < acc->ntypes && len < sizeof list; i++)
+    len += (size_t)snprintf(list + len, sizeof list - len, "%s%s:%d", i ? "," : "", acc->type[i],
+                            acc->count[i]);
+  kt__run_say(2, "kaitian run: -n %d asks for more ranks than this host's %d accelerator%s%s "
+                 "(%s); --devices auto puts no rank on the CPU beside accelerators: give "
+                 "--devices auto+cpu to fill up with CPU ranks, or an explicit plan such as "
+                 "--devices %s,cpu:%d", nproc, acc->total, acc->total == 1 ? "" : "s",
+              off ? " switched on" : "", list, list, nproc - acc->total);
+  return 2;
+}
+
+/* --devices auto: for a .py program, one rank per switched-on accelerator
+ * (at most -n), and -n beyond them is an error: CPU ranks beside
+ * accelerators usually make the job slower than the accelerators alone
+ * (issue 39), so they are planned only when asked for (auto+cpu: CPU ranks after the accelerators, up to -n). With
+ * no accelerator (none switched on, torch not asked or not answering, a
+ * program that is not .py) the CPU is the only device: -n CPU ranks
+ * (default 1), for auto and auto+cpu alike. */
+static int plan_auto(int nproc, bool nproc_given, bool fill_cpu, bool py, const char *python,
                      kt_run_devspec *out) {
   bool cpu_on;
   char cpu_var[KT_RUN_TYPE_LEN + 128];
@@ -554,8 +581,12 @@ static int plan_auto(int nproc, bool nproc_given, bool py, const char *python,
       kt__run_say(2, "kaitian run: devices: cannot ask torch which devices this host has (%s); "
                      "planning CPU ranks", k.why);
   }
-  if ((rc = auto_accelerators(&k, nproc_given ? nproc : KT_RUN_MAX_NPROC, out)) >= 0) return rc;
+  int off;
+  if ((rc = auto_accelerators(&k, nproc_given ? nproc : KT_RUN_MAX_NPROC, out, &off)) >= 0)
+    return rc;
   int nacc = out->total;
+  if (nacc > 0 && !fill_cpu && nproc_given && nproc > nacc)
+    return too_few_accelerators(nproc, out, off);
   int ncpu = nproc_given ? nproc - nacc : (nacc > 0 ? 0 : 1);
   if (ncpu > 0 && !cpu_on) {
     if (nacc > 0)
@@ -581,7 +612,7 @@ int kt__run_plan_devices(const kt_run_devspec *d, int nproc, bool nproc_given, b
   const kt_run_devspec *use = d;
   int rc;
   if (d->is_auto) {
-    rc = plan_auto(nproc, nproc_given, py, python, &resolved);
+    rc = plan_auto(nproc, nproc_given, d->fill_cpu, py, python, &resolved);
     use = &resolved;
   } else {
     rc = check_explicit(d, python);

@@ -131,11 +131,13 @@ KT_INTERNAL int kt__run_describe_status(int wstatus, char *buf, size_t cap);
 #define KT_RUN_MAX_TYPES 16   /* device types in one plan, and known to torch */
 #define KT_RUN_TYPE_LEN 32    /* longest type name + 1 */
 #define KT_RUN_MAX_NPROC 4096 /* local ranks */
-/* A parsed SPEC: `auto`, or TYPE[:COUNT],... with each type once. */
+/* A parsed SPEC: `auto`, `auto+cpu`, or TYPE[:COUNT],... with each type
+ * once. */
 typedef struct kt_run_devspec {
   const char *text;   /* as the user gave it */
   const char *source; /* "--devices" or "KAITIAN_DEVICES", for messages */
-  bool is_auto;
+  bool is_auto;       /* auto or auto+cpu: the plan comes from torch */
+  bool fill_cpu;      /* auto+cpu: CPU ranks after the accelerators, up to -n */
   int ntypes;
   char type[KT_RUN_MAX_TYPES][KT_RUN_TYPE_LEN];
   int count[KT_RUN_MAX_TYPES];
