@@ -11,6 +11,7 @@ the global batch however uneven the shares are.
 Works over any torch.distributed backend (fastest over "kaitian"). See
 docs/heterogeneous.md.
 """
+import copy
 import dataclasses
 import math
 import os
@@ -157,7 +158,7 @@ def _time_steps(step, dev, steps, seconds, warmup):
 
 
 def measure_capability(model=None, sample=None, steps=None, loss_fn=None, warmup=2,
-                       seconds=0.3, group=None, global_batch_size=None):
+                       seconds=0.3, group=None, global_batch_size=None, optimizer=None):
     """Samples per second of forward + backward of `model` on this rank's
     device, at the share of the global batch this rank would get: returns a
     list with one figure per rank of `group` (default: the whole job), the same
@@ -177,7 +178,10 @@ def measure_capability(model=None, sample=None, steps=None, loss_fn=None, warmup
       is the batch size (larger batches repeat it). loss_fn(output, target):
       the loss (default: the mean square of the outputs). steps: timed steps
       per batch size (default: as many as fit in `seconds`, at least 3), after
-      `warmup` untimed ones.
+      `warmup` untimed ones. optimizer: the training's optimizer, stepped in
+      each timed step (its parameters and state are restored afterwards);
+      without it a step ends with one in-place pass over the gradients, what
+      a plain SGD step costs.
     The model's gradients and buffers (BatchNorm statistics) are restored
     afterwards. With KAITIAN_CAPABILITIES set, nothing is measured: its figures
     are returned. Every rank of the group must call it (a few all_gathers)."""
@@ -196,7 +200,7 @@ def measure_capability(model=None, sample=None, steps=None, loss_fn=None, warmup
         _last_caps = list(override)
         _last_curves = [StepCurve(0.0, 1.0 / c) if c > 0 else None for c in override]
         return list(override)
-    with _Stepper(rank, model, sample, loss_fn) as stepper:
+    with _Stepper(rank, model, sample, loss_fn, optimizer) as stepper:
         total = (int(global_batch_size) if global_batch_size is not None
                  else stepper.batch * world)
         if total < 1:
@@ -214,7 +218,7 @@ class _Stepper:
     sample batch (cut, or repeated along dim 0); restores the model's gradients,
     buffers and the random streams when closed."""
 
-    def __init__(self, rank, model, sample, loss_fn):
+    def __init__(self, rank, model, sample, loss_fn, optimizer=None):
         if isinstance(model, DistributedDataParallel):
             model = model.module  # time the module itself: DDP would communicate
         if model is None:
@@ -238,6 +242,10 @@ class _Stepper:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self._saved_grads = [p.grad for p in self.params]
         self._saved_bufs = [(b, b.detach().clone()) for b in model.buffers()]
+        self.optimizer = optimizer
+        if optimizer is not None:  # its steps change the parameters and its state: kept to undo
+            self._saved_params = [p.detach().clone() for p in self.params]
+            self._saved_opt = copy.deepcopy(optimizer.state_dict())
         self._rng = None
         self._sized = {}
 
@@ -255,6 +263,10 @@ class _Stepper:
         with torch.no_grad():
             for b, v in self._saved_bufs:
                 b.copy_(v)
+            if self.optimizer is not None:
+                for p, v in zip(self.params, self._saved_params):
+                    p.copy_(v)
+                self.optimizer.load_state_dict(self._saved_opt)
         self._sized.clear()
         self._rng.__exit__(*exc)
         return False
@@ -281,9 +293,21 @@ class _Stepper:
             out = self.model(*args)
             loss = self.loss_fn(out, target) if self.loss_fn is not None else _scalar_loss(out)
             loss.backward()
+            self._update()
 
         k, elapsed = _time_steps(step, self.dev, steps, seconds, warmup)
         return elapsed / k
+
+    def _update(self):
+        """The optimizer's share of a step: the user's optimizer where given
+        (its effects undone on close), else one in-place pass over the
+        gradients, what a plain SGD step costs."""
+        if self.optimizer is not None:
+            self.optimizer.step()
+            return
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if grads:
+            torch._foreach_mul_(grads, 1.0)
 
 
 def _resize(obj, have, want):
@@ -535,9 +559,9 @@ class HeteroPlan:
         return True
 
 
-def plan(model, sample, global_batch_size, loss_fn=None, steps=None, warmup=2, seconds=0.3,
-         bucket_cap_mb=25, min_gain=0.03, rebalance=True, window=20, drift=0.10, lag=2,
-         curves=None, exchange=None, verbose=True):
+def plan(model, sample, global_batch_size, loss_fn=None, optimizer=None, steps=None, warmup=2,
+         seconds=0.3, bucket_cap_mb=25, min_gain=0.03, rebalance=True, window=20, drift=0.10,
+         lag=2, curves=None, exchange=None, verbose=True):
     """Plan a heterogeneous job: measure each rank's step time against its
     batch on its own device (two or more batch sizes, see
     measure_capability), measure the gradient exchange of `model` on the
@@ -549,6 +573,9 @@ def plan(model, sample, global_batch_size, loss_fn=None, steps=None, warmup=2, s
     calls it. Returns a HeteroPlan for HeteroSampler(plan=) and
     HeteroDDP(plan=).
 
+    optimizer: the training's optimizer, so that each timed step includes its
+    step (see measure_capability; it matters where a slow rank's optimizer
+    step is a large part of its step, as with Adam on a large model).
     rebalance/window/drift: every `window` steps HeteroDDP compares the step
     times the active ranks observed; more than `drift` apart, the shares are
     recomputed from them (the same on every rank), taking effect `lag` steps
@@ -575,7 +602,7 @@ def plan(model, sample, global_batch_size, loss_fn=None, steps=None, warmup=2, s
         exchange = None
     elif curves is None:
         measure_capability(model, sample, steps=steps, loss_fn=loss_fn, warmup=warmup,
-                           seconds=seconds, global_batch_size=total)
+                           seconds=seconds, global_batch_size=total, optimizer=optimizer)
         curves = list(_last_curves)
     else:
         curves = [c if isinstance(c, StepCurve) else StepCurve(*map(float, c)) for c in curves]

@@ -12,6 +12,9 @@
 #      ranks (kaitian run --devices cuda:1,cpu:2): HeteroSampler + HeteroDDP
 #      against one process in float64 (test_hetero.py exact --on-device), the
 #      example train_hetero.py, and measure_capability on both device types;
+#      HeteroDDP's batch-size exchange without a device sync (test_hetero.py
+#      overhead); python -m torch_kaitian.bench --hetero at widths/batches
+#      1024/512, 1024/8192, 4096/8192 (the planner against the GPU alone);
 #   3. the digits demo, 2 ranks of --devices auto+cpu (one rank per GPU, then
 #      CPU ranks; on a 1-GPU host cuda:0 and cpu), over kaitian and over gloo
 #      (same seed: the loss curves are printed side by side);
@@ -60,6 +63,15 @@ if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.device_count() >= 1 els
   run hetero_exact_accum "$KT" run --devices cuda:1,cpu:2 "$T/test_hetero.py" exact --caps 4,1,1 --accum 2 --on-device
   run hetero_example "$KT" run --devices cuda:1,cpu:2 "$ROOT/examples/train_hetero.py" --epochs 8
   echo "train_hetero:"; tail -n 9 "$OUT/hetero_example.log"
+  run hetero_overhead "$KT" run --devices cuda:1,cpu:1 "$T/test_hetero.py" overhead
+  # The planner on the configurations of issue 39's table (GPU alone against the
+  # planned job with two CPU ranks; hetero/best_solo should be >= 0.97).
+  for cfg in "1024 512" "1024 8192" "4096 8192"; do
+    set -- $cfg
+    run "bench_hetero_w$1_b$2" "$KT" run --devices cuda:1,cpu:2 "$PY" -m torch_kaitian.bench --hetero \
+      --width "$1" --batch "$2" --slow 0 --fetch batch --steps 10 --warmup 2
+    grep -E "alone|split|planned|plan:|hetero/" "$OUT/bench_hetero_w$1_b$2.log"
+  done
 else
   echo "== hetero_*: SKIP (no CUDA device)"
 fi

@@ -28,8 +28,9 @@
   rebalance 2 ranks, even at first; rank 1 slowed from step 20: its share shrinks
             within 4 windows; parameters equal one process on the same batches.
   overhead  HeteroDDP with a plan: one non-blocking all_reduce per step, in
-            forward; one all_gather per window; on a CUDA device, no device
-            synchronisation (torch.cuda.set_sync_debug_mode("error")).
+            forward; one all_gather per window; on a CUDA device, issuing and
+            waiting for the batch-size exchange synchronises nothing
+            (torch.cuda.set_sync_debug_mode("error")).
   leftout_fails / drive_leftout_fails KAITIAN_CLI: a left-out rank raises; the
             job ends with an error within 60 s, never hangs.
 """
@@ -700,20 +701,23 @@ def test_overhead():
     dist.all_reduce, dist.all_gather = all_reduce, all_gather
     sync = dev.type == "cuda"
     try:
-        if sync:
-            torch.cuda.synchronize()
-            torch.cuda.set_sync_debug_mode("error")
         for _ in range(9):
             opt.zero_grad()
             phase[0] = "forward"
-            loss = F.cross_entropy(model(x), y)
+            if sync:  # the batch-size exchange, issued and waited for, never syncs the GPU
+                torch.cuda.synchronize()
+                torch.cuda.set_sync_debug_mode("error")
+            try:
+                loss = F.cross_entropy(model(x), y)
+                model.global_batch_size()
+            finally:
+                if sync:
+                    torch.cuda.set_sync_debug_mode(0)
             phase[0] = "backward"
             loss.backward()
             phase[0] = "step"
             opt.step()
     finally:
-        if sync:
-            torch.cuda.set_sync_debug_mode(0)
         dist.all_reduce, dist.all_gather = real_ar, real_ag
     ar = [c for c in calls if c[0] == "all_reduce"]
     ag = [c for c in calls if c[0] == "all_gather"]
@@ -745,6 +749,9 @@ def test_leftout_fails():
         sampler.set_epoch(epoch)
         for i, (x, y) in enumerate(sampler.loader()):
             if rank == p - 1 and epoch == 2:
+                print(f"rank {rank}: left-out rank fails on purpose", flush=True)
+                if os.environ.get("KT_TEST_HOW") == "die":
+                    os._exit(3)
                 raise RuntimeError(f"rank {rank}: left-out rank fails on purpose")
             opt.zero_grad()
             F.cross_entropy(model(x), y).backward()
@@ -753,23 +760,25 @@ def test_leftout_fails():
 
 
 def drive_leftout_fails(cli):
-    """kaitian run -n 3 ... leftout_fails: an error, quickly, never a hang."""
-    t0 = time.time()
-    try:
-        p = subprocess.run([cli, "run", "-n", "3", sys.executable, os.path.abspath(__file__),
-                            "leftout_fails"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, timeout=120)
-    except subprocess.TimeoutExpired:
-        fail("a job whose left-out rank failed hung (120 s)")
-    took = time.time() - t0
-    print(p.stdout)
-    check(p.returncode != 0, "the job whose left-out rank failed exited 0")
-    check("left-out rank fails on purpose" in p.stdout, "the failing rank's error is not shown")
-    check("went on after" not in p.stdout, "a rank went on after the failure")
-    check("rank 2 exited with code 1 (first)" in p.stdout,
-          "the launcher does not name rank 2 as the first to fail")
-    check(took < 60, f"the job took {took:.0f} s to end after its left-out rank failed")
-    print(f"PASS leftout_fails (exit {p.returncode} after {took:.1f} s)")
+    """kaitian run -n 3 ... leftout_fails, the left-out rank raising, then dying
+    (os._exit): an error, quickly, never a hang."""
+    for how, code in (("raise", 1), ("die", 3)):
+        t0 = time.time()
+        try:
+            p = subprocess.run([cli, "run", "-n", "3", sys.executable, os.path.abspath(__file__),
+                                "leftout_fails"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, timeout=120, env=dict(os.environ, KT_TEST_HOW=how))
+        except subprocess.TimeoutExpired:
+            fail(f"a job whose left-out rank failed ({how}) hung (120 s)")
+        took = time.time() - t0
+        print(p.stdout)
+        check(p.returncode == code, f"{how}: the job exited {p.returncode}, not {code}")
+        check("left-out rank fails on purpose" in p.stdout, f"{how}: the failing rank said nothing")
+        check("went on after" not in p.stdout, f"{how}: a rank went on after the failure")
+        check(f"rank 2 exited with code {code} (first)" in p.stdout,
+              f"{how}: the launcher does not name rank 2 as the first to fail")
+        check(took < 60, f"{how}: the job took {took:.0f} s to end after its left-out rank failed")
+        print(f"PASS leftout_fails {how} (exit {p.returncode} after {took:.1f} s)")
 
 
 def main():
