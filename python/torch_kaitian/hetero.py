@@ -560,7 +560,7 @@ class HeteroPlan:
 
 
 def plan(model, sample, global_batch_size, loss_fn=None, optimizer=None, steps=None, warmup=2,
-         seconds=0.3, bucket_cap_mb=25, min_gain=0.03, rebalance=True, window=20, drift=0.10,
+         seconds=0.3, bucket_cap_mb=25, min_gain=0.10, rebalance=True, window=20, drift=0.10,
          lag=2, curves=None, exchange=None, verbose=True):
     """Plan a heterogeneous job: measure each rank's step time against its
     batch on its own device (two or more batch sizes, see

@@ -174,7 +174,7 @@ def _ranks(rs):
     return ", ".join(str(r) for r in rs)
 
 
-def decide(curves, total, exchange=None, order=None, min_gain=0.03, allowed=None):
+def decide(curves, total, exchange=None, order=None, min_gain=0.10, allowed=None):
     """The plan for a global batch of `total` samples over ranks with step-time
     `curves` (one StepCurve per rank).
 

@@ -441,10 +441,12 @@ def test_planner():
     check(d.active == [0, 1] and d.shares in ([85, 43], [86, 42]), f"2:1: {d.shares}")
     d = decide([a, b], 128, {(0, 1): 0.05})
     check(d.active == [0] and d.left_out == [1], f"2:1, costly exchange: {d.shares}")
-    # min_gain: a set predicted 2% faster is not taken at 3%, one 5% faster is.
-    slow = StepCurve(0.0, 1e-3 * 50)    # a rank 50x slower: about 2% more throughput
-    check(decide([a, slow], 1000, {(0, 1): 0.0}).active == [0], "2% gain taken")
-    check(decide([a, slow], 1000, {(0, 1): 0.0}, min_gain=0.01).active == [0, 1], "min_gain")
+    # min_gain (default 10%): a rank 12x slower adds about 8%: not taken, unless min_gain
+    # is lower; one 4x slower adds 25%: taken.
+    slow = StepCurve(0.0, 1e-3 * 12)
+    check(decide([a, slow], 1000, {(0, 1): 0.0}).active == [0], "an 8% gain taken")
+    check(decide([a, slow], 1000, {(0, 1): 0.0}, min_gain=0.05).active == [0, 1], "min_gain")
+    check(decide([a, StepCurve(0.0, 4e-3)], 1000, {(0, 1): 0.0}).active == [0, 1], "25% gain")
     # allowed: rebalancing among the chosen ranks never brings a left-out one back.
     d = decide([a, b, slow], 300, {(0, 1): 0.001, (0, 1, 2): 0.001}, allowed=[0, 2])
     check(d.active == [0, 2] and d.shares[1] == 0, f"allowed: {d.shares}")
