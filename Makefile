@@ -52,7 +52,7 @@ build: deps
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	$(KT_PY_ENV) $(BUILD)/kaitian run -n 2 examples/train_digits.py
+	$(KT_PY_ENV) $(BUILD)/kaitian run --devices auto+cpu -n 2 examples/train_digits.py
 
 demo-bench: build
 	@tools/demo.sh $(BUILD)/kaitian
