@@ -901,11 +901,14 @@ class ProcessGroupKaitian(_Base):
 
 
 def create(store, rank, size, timeout):
-    """The backend creator torch calls (Backend.register_backend)."""
+    """The backend creator torch calls (Backend.register_backend): a group of
+    one rank communicates nothing (_solo.py)."""
+    if size == 1:
+        from ._solo import ProcessGroupKaitianSolo
+        return ProcessGroupKaitianSolo(store, rank, size, timeout)
     return ProcessGroupKaitian(store, rank, size, timeout)
 
 
 def _create_extended(dist_opts, pg_opts=None):
-    return ProcessGroupKaitian(dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
-                               dist_opts.timeout)
+    return create(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout)
 

@@ -3,7 +3,8 @@
 # CI has no GPU). Builds libkaitian, then runs with the Python that has a CUDA
 # torch ($PYTHON, else python3):
 #   1. the Python tests (test_ops repeats every case on cuda tensors when CUDA
-#      is available; async, errors, import), 2 and 3 ranks with --devices
+#      is available; async, errors, import; test_solo: a group of one rank
+#      moves nothing, CUDA tensors without a device sync), 2 and 3 ranks with --devices
 #      auto+cpu (one rank per GPU, then CPU ranks: plain auto refuses -n
 #      beyond the GPUs);
 #   2. a job mixing a CUDA rank and a CPU rank (CUDA hidden from rank 1):
@@ -45,6 +46,8 @@ KT="$B/kaitian"
 T="$ROOT/tests/python"
 run import "$PY" "$T/test_import.py"
 run ops_np1 "$KT" run -n 1 "$T/test_ops.py"
+run solo "$KT" run -n 1 "$T/test_solo.py"
+grep PASS "$OUT/solo.log"
 run ops_np2 "$KT" run --devices auto+cpu -n 2 "$T/test_ops.py"
 run ops_np3 "$KT" run --devices auto+cpu -n 3 "$T/test_ops.py" --quick
 run async "$KT" run --devices auto+cpu -n 2 "$T/test_async.py"
