@@ -18,7 +18,7 @@ PYTHON ?= /usr/bin/python3
 # The PyTorch side runs from the source tree with this build's library.
 KT_PY_ENV = KAITIAN_LIBRARY=$(abspath $(BUILD))/libkaitian.so PYTHONPATH=$(CURDIR)/python PYTHON=$(PYTHON)
 
-.PHONY: all build demo demo-bench test test-release test-asan tsan install deps clean help conformance fuzz chaos soak
+.PHONY: all build demo demo-bench test test-release test-asan tsan install deps clean help conformance fuzz chaos soak mutation
 
 all: build
 
@@ -30,6 +30,7 @@ help:
 	@echo "make tsan     run the suite under ThreadSanitizer"
 	@echo "make fuzz     every libFuzzer harness for FUZZ_SECONDS (default 600) each (tests/fuzz/)"
 	@echo "make chaos    TRIALS (default 100) jobs of each kind with a rank killed or stopped at random, on one host and on 2 netns hosts (with a host's link taken down) (tests/fault/chaos.sh)"
+	@echo "make mutation  plant known bugs one at a time in a copy of the Python package (the exact heterogeneous mean, ZeRO, the pipeline); each must fail its test (tests/mutation/mutate.py, ~2 min)"
 	@echo "make soak     long runs on 4 ranks (one host; 2 netns hosts; 1000 torch groups) whose memory and descriptors must stay flat (tests/soak/)"
 	@echo "make install  install to PREFIX=$(PREFIX) (library, header, kaitian, pkg-config, CMake package,"
 	@echo "              Python package torch_kaitian)"
@@ -56,6 +57,9 @@ demo: build
 
 demo-bench: build
 	@tools/demo.sh $(BUILD)/kaitian
+
+mutation: build
+	$(KT_PY_ENV) $(PYTHON) tests/mutation/mutate.py $(BUILD)/kaitian
 
 conformance: build
 	$(KT_PY_ENV) $(PYTHON) tests/python/conformance.py --world-size 2,3

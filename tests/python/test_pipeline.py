@@ -217,11 +217,17 @@ def check_failures(group, s, p):
     except ValueError as e:
         if "disagree" not in str(e):
             fail(f"disagreeing stages: {e}")
-    # The pipeline works again afterwards.
+    # The pipeline works again afterwards, and right: from gradients cleared
+    # (the failed steps may have left partial ones), the loss and every
+    # gradient are those of the whole model on one process.
+    stage.zero_grad(set_to_none=True)
     pipe = Pipeline(stage, group, 2, loss_fn=loss_fn)
     loss = pipe.step(x if s == 0 else None, y if s == p - 1 else None, broadcast_loss=True)
-    if not torch.isfinite(torch.as_tensor(loss)):
-        fail(f"step after failures: loss {loss}")
+    ref_loss, ref = reference(x, y)
+    d = abs(float(loss) - ref_loss) / abs(ref_loss)
+    if not d <= 1e-10:
+        fail(f"step after failures: loss {float(loss)} vs one process {ref_loss} ({d:.2e})")
+    check_grads(stage, ref, s, p, "step after failures")
 
 
 def check_pipe_data():
