@@ -89,6 +89,7 @@ class ProcessGroupKaitianSolo(ProcessGroupKaitian):
         return self._completed(_caller_mode() if _mode is None else _mode, [output])
 
     all_gather_into_tensor = _allgather_base
+    all_gather_single = _allgather_base
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         if len(output_lists) != 1:
@@ -105,7 +106,7 @@ class ProcessGroupKaitianSolo(ProcessGroupKaitian):
             _fill(o, t)
         return self._done(output_lists)
 
-    def gather(self, output_tensors, input_tensors, opts=None):
+    def gather(self, output_tensors, input_tensors, opts=None, _mode=None):
         t, _ = _one(input_tensors, "gather")
         self._check_root(_opt(opts, "rootRank", 0), "gather")
         if len(output_tensors) != 1:
@@ -116,6 +117,8 @@ class ProcessGroupKaitianSolo(ProcessGroupKaitian):
             raise ValueError(f"kaitian backend: gather: output tensor 0 has {outs[0].numel()} "
                              f"elements, the input {t.numel()} (sizes must be equal)")
         _fill(outs[0], t)
+        if _mode is not None:
+            return self._completed(_mode, output_tensors)
         return self._done(output_tensors)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
@@ -158,8 +161,10 @@ class ProcessGroupKaitianSolo(ProcessGroupKaitian):
         return self._completed(_caller_mode() if _mode is None else _mode, [output])
 
     reduce_scatter_tensor = _reduce_scatter_base
+    reduce_scatter_single = _reduce_scatter_base
 
-    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: A002
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None,  # noqa: A002
+                      _mode=None):
         if output.dtype != input.dtype:
             raise ValueError(f"kaitian backend: all_to_all_single: output dtype {output.dtype} "
                              f"differs from input dtype {input.dtype}")
@@ -175,6 +180,8 @@ class ProcessGroupKaitianSolo(ProcessGroupKaitian):
                 raise ValueError(f"kaitian backend: all_to_all_single: input ({input.numel()}) and "
                                  f"output ({output.numel()}) differ in size on a group of 1")
         _fill(output, input)
+        if _mode is not None:
+            return self._completed(_mode, [output])
         return self._done([output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):

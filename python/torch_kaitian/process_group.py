@@ -51,6 +51,7 @@ _WRAPPERS = frozenset((
     "all_gather_into_tensor", "_all_gather_base", "all_gather_coalesced", "gather", "scatter",
     "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all",
     "all_to_all_single", "barrier", "isend", "irecv", "send", "recv", "all_reduce_multigpu",
+    "all_gather_single", "reduce_scatter_single", "gather_single",
     "broadcast_multigpu", "reduce_multigpu", "all_gather_multigpu", "reduce_scatter_multigpu"))
 _ALWAYS_SYNC = frozenset(("send", "recv"))
 _NEVER_SYNC = frozenset(("isend", "irecv"))
@@ -380,6 +381,15 @@ class ProcessGroupKaitian(_Base):
     def group_desc(self):
         return getattr(self, "_group_desc", "")
 
+    # torch >= 2.15 asks a group for its backend of a device (batch_isend_irecv,
+    # abort) and reads supports_coalescing from it: a group implemented in
+    # Python is its own backend for every device, and runs ops as issued.
+    supports_coalescing = False
+    supports_splitting = False
+
+    def _get_backend(self, device=None):
+        return self
+
     def _start_coalescing(self, *args, **kwargs):
         """batch_isend_irecv: ops run as issued (p2p directions never block each other)."""
 
@@ -584,6 +594,7 @@ class ProcessGroupKaitian(_Base):
             mode, [output], (bi, bo, output, input), bo.writeback if bo._back else None)
 
     all_gather_into_tensor = _allgather_base
+    all_gather_single = _allgather_base  # torch >= 2.15 calls the group's methods by these names
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         mode = _caller_mode()
@@ -618,8 +629,25 @@ class ProcessGroupKaitian(_Base):
             self._desc(f"allgather_coalesced of {len(input_list)} tensors ({total} bytes)"),
             mode, output_lists, (send, recv, input_list, output_lists), finish)
 
-    def gather(self, output_tensors, input_tensors, opts=None):
+    def gather_single(self, output, input, opts=None):  # noqa: A002 - torch's names
+        """torch >= 2.15: gather into one tensor of size x the input's elements
+        on the root (an empty tensor elsewhere)."""
         mode = _caller_mode()
+        root = _opt(opts, "rootRank", 0)
+        self._check_root(root, "gather")
+        if self._rank != root:
+            return self.gather([], [input], opts, _mode=mode)
+        if output.numel() != input.numel() * self._size:
+            raise ValueError(f"kaitian backend: gather_single: the output has {output.numel()} "
+                             f"elements, expected {self._size} x {input.numel()}")
+        if not output.is_contiguous():
+            raise ValueError("kaitian backend: gather_single: the output must be contiguous")
+        outs = list(output.view(self._size, -1).view(self._size, *input.shape).unbind(0)) \
+            if input.dim() else list(output.view(self._size))
+        return self.gather([outs], [input], opts, _mode=mode)
+
+    def gather(self, output_tensors, input_tensors, opts=None, _mode=None):
+        mode = _caller_mode() if _mode is None else _mode
         t, input_tensors = _one(input_tensors, "gather")
         root = _opt(opts, "rootRank", 0)
         self._check_root(root, "gather")
@@ -717,6 +745,7 @@ class ProcessGroupKaitian(_Base):
             mode, [output], (bi, bo, input, output), bo.writeback if bo._back else None)
 
     reduce_scatter_tensor = _reduce_scatter_base
+    reduce_scatter_single = _reduce_scatter_base
 
     def _each(self, mode, calls, result):
         """Run several ops as one: calls is a list of (method, args); one work."""
@@ -739,14 +768,19 @@ class ProcessGroupKaitian(_Base):
         return self._each(mode, [(self._allgather_base, (o, i)) for o, i in zip(outputs, inputs)],
                           outputs)
 
+    all_gather_single_coalesced = allgather_into_tensor_coalesced  # torch >= 2.15
+
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         """torch 2.x: reduce_scatter_tensor on pairs of tensors."""
         mode = _caller_mode()
         return self._each(mode, [(self._reduce_scatter_base, (o, i, opts))
                                  for o, i in zip(outputs, inputs)], outputs)
 
-    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: A002
-        mode = _caller_mode()
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced  # torch >= 2.15
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None,  # noqa: A002
+                      _mode=None):
+        mode = _caller_mode() if _mode is None else _mode
         if output.dtype != input.dtype:
             raise ValueError(f"kaitian backend: all_to_all_single: output dtype {output.dtype} "
                              f"differs from input dtype {input.dtype}")
@@ -775,6 +809,12 @@ class ProcessGroupKaitian(_Base):
         rc, rd = self._splits(output, output_split_sizes, k, "output")
         return self._submit(self._comm, "alltoallv", (bi.ptr, sc, sd, bo.ptr, rc, rd, bi.dt), what,
                             mode, [output], (bi, bo, input, output, sc, sd, rc, rd), fin)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,  # noqa: A002
+                          opts=None):
+        """torch >= 2.15's name for alltoall_base."""
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts,
+                                  _mode=_caller_mode())
 
     def _splits(self, t, splits, k, which):
         p = self._size
