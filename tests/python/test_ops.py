@@ -201,6 +201,14 @@ def test_gathers(device):
     big[RANK * 5:(RANK + 1) * 5] = inp(RANK, 5, torch.float32)
     dist.all_gather_into_tensor(big, big[RANK * 5:(RANK + 1) * 5])
     check("all_gather_into_tensor in place", torch.cat([inp(r, 5, torch.float32) for r in range(WS)]), big)
+    if hasattr(dist, "gather_single"):  # torch >= 2.15: gather into one tensor on the root
+        root = WS - 1
+        for dtype in (torch.float32, torch.complex64):
+            flat = torch.zeros(WS * 4, dtype=dtype, device=device) if RANK == root else None
+            dist.gather_single(inp(RANK, 4, dtype).to(device), flat, dst=root)
+            if RANK == root:
+                check(f"gather_single {dtype}", torch.cat([inp(r, 4, dtype) for r in range(WS)]),
+                      flat)
     objs = [None] * WS
     dist.all_gather_object(objs, {"rank": RANK, "s": "x" * RANK})
     assert objs == [{"rank": r, "s": "x" * r} for r in range(WS)], objs
