@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """test_cpu_adam.py - torch_kaitian.optim.CPUAdam against torch.optim.Adam and
-AdamW: float32 over 100 steps (max relative difference <= 1e-6, measured and
-printed; on x86 with torch's FMA kernels it is 0), bfloat16 and float16
+AdamW: float32 over 100 steps (max difference over the tensor's largest
+magnitude <= 1e-6, measured and printed; on x86 with torch 1.13's FMA kernels
+it is 0, with torch 2.15's a few units in the last place), bfloat16 and float16
 parameters against a float32 reference rounded to their dtype, every kernel
 family forced through KAITIAN_OPTIM_IMPL (in subprocesses: the choice is read
 once per process) on odd lengths and unaligned tensors, param groups, thread
@@ -29,13 +30,17 @@ TOL = 1e-6
 
 
 def rel_diff(a, b):
-    """Max over elements of |a - b| / |b| (in float64); inf where b == 0 != a."""
+    """max |a - b| / max |b| over the tensor (in float64); inf where b is all 0
+    and a is not. Relative to the tensor's scale, not element by element: torch
+    2.15's Adam rounds some elements one unit in the last place apart from its
+    1.13 kernels (and from ours), which element by element is a large relative
+    difference wherever an element is near 0."""
     a, b = a.detach().double().flatten(), b.detach().double().flatten()
-    d = (a - b).abs()
-    nz = b != 0
-    if bool((d[~nz] > 0).any()):
-        return math.inf
-    return float((d[nz] / b[nz].abs()).max()) if bool(nz.any()) else 0.0
+    d = float((a - b).abs().max()) if a.numel() else 0.0
+    scale = float(b.abs().max()) if b.numel() else 0.0
+    if scale == 0:
+        return math.inf if d > 0 else 0.0
+    return d / scale
 
 
 def _bits(t):
@@ -117,23 +122,34 @@ def test_low_precision(dtype):
     theirs = [torch.nn.Parameter(p.detach().float()) for p in ours]
     opt = CPUAdam(ours, lr=1e-2, weight_decay=0.01)
     ref = torch_opt(True, theirs, lr=1e-2, weight_decay=0.01)
-    bad_params = bad_master = 0
+    bad_params = bad_master = unexplained = 0
+    worst = 0.0
     for step in range(STEPS):
         set_grads(ours, theirs, gen, step)
         opt.step()
         ref.step()
         for p, q in zip(ours, theirs):
-            bad_params += bits_differ(p, q.detach().to(dtype))
-            if "master" in opt.state[p]:
-                bad_master += bits_differ(opt.state[p]["master"], q)
+            master = opt.state[p]["master"]
+            # The parameter is always its master rounded to the dtype, bit for bit.
+            assert bits_differ(p, master.to(dtype)) == 0, f"step {step}: param is not its master"
+            differ = _bits(p) != _bits(q.detach().to(dtype))
+            bad_params += int(differ.sum())
+            same_master = _bits(master) == _bits(q.detach())
+            bad_master += int((~same_master).sum())
+            # A parameter may round apart from the reference only where the masters
+            # differ (torch 2.15's kernels round some elements one unit apart).
+            unexplained += int((differ & same_master).sum())
+            worst = max(worst, rel_diff(master, q))
     for p in ours:
         assert p.dtype == dtype
         for k in ("master", "exp_avg", "exp_avg_sq"):
             assert opt.state[p][k].dtype == torch.float32, (k, opt.state[p][k].dtype)
     name = str(dtype).replace("torch.", "")
     print(f"{name} params, float32 master, {STEPS} steps: {bad_params} parameters differ from the "
-          f"float32 reference rounded to {name}, {bad_master} master values from the reference")
-    assert bad_params == 0 and bad_master == 0
+          f"float32 reference rounded to {name}, {bad_master} master values from the reference "
+          f"(max difference {worst:.3g} of the largest; 0 and 0 with torch 1.13's kernels)")
+    assert unexplained == 0, f"{unexplained} parameters differ where their masters agree"
+    assert worst <= TOL, f"master differs from the float32 reference by {worst:.3g} > {TOL}"
     print(f"{name}: ok")
 
 
@@ -166,8 +182,21 @@ def family_child():
                     q.grad = p.grad.float()
                     opt.step()
                     ref.step()
-                bad = bits_differ(p, q.detach().to(dtype))
-                assert bad == 0, f"{impl} n={n} {dtype} adamw={adamw}: {bad} elements differ"
+                if dtype == torch.float32:
+                    bad = bits_differ(p, q.detach())
+                    # bit for bit with torch 1.13's kernels; torch 2.15's round some
+                    # elements one unit apart (see rel_diff)
+                    assert bad == 0 or rel_diff(p, q) <= TOL, \
+                        f"{impl} n={n} {dtype} adamw={adamw}: {bad} elements differ"
+                else:
+                    # the parameter is its master rounded; it may round apart from the
+                    # reference only where the masters differ
+                    master = opt.state[p]["master"]
+                    assert bits_differ(p, master.to(dtype)) == 0, f"{impl} n={n}: not its master"
+                    apart = (_bits(p) != _bits(q.detach().to(dtype))) & \
+                        (_bits(master) == _bits(q.detach()))
+                    assert int(apart.sum()) == 0 and rel_diff(master, q) <= TOL, \
+                        f"{impl} n={n} {dtype} adamw={adamw}: {int(apart.sum())} elements differ"
     print(f"family {impl}: ran")
 
 
@@ -264,7 +293,9 @@ def test_state_dict():
         then.load_state_dict(copy.deepcopy(first_a.state_dict()))
         run_steps(then, a, torch.Generator().manual_seed(10), 5)
         run_steps(ref, b, torch.Generator().manual_seed(10), 5)
-        assert all(bits_differ(x, y) == 0 for x, y in zip(a, b)), direction
+        # bit for bit with torch 1.13's kernels; within TOL with 2.15's (see rel_diff)
+        assert all(bits_differ(x, y) == 0 or rel_diff(x, y) <= TOL for x, y in zip(a, b)), \
+            direction
     print("state_dict: CPUAdam <-> CPUAdam (float32, bfloat16), torch AdamW <-> CPUAdam: ok")
 
 

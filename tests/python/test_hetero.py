@@ -512,11 +512,11 @@ def test_curves():
     rank, p = dist.get_rank(), dist.get_world_size()
     busy, cpus = slow_rank(1)
     try:
-        model = mlp(256)
+        model = mlp(512)  # steps of a few ms: many scheduler slices per timing window
         g = torch.Generator().manual_seed(1)
         sample = (torch.randn(16, 64, generator=g), torch.randint(0, 10, (16,), generator=g))
         with _Stepper(rank, model, sample, F.cross_entropy) as st:
-            curves, points = _measure_curves(st, 128, None, None, 0.3, 2)
+            curves, points = _measure_curves(st, 128, None, None, 0.5, 2)
             third = 48
             measured = st.time(third, None, 0.5, 1)
             at_first = points[0]
