@@ -124,9 +124,14 @@ KT_INTERNAL int kt__fold_pof2(int p);
 KT_INTERNAL kt_result kt__fold_in(kt__exec *ex, const char *in, char *buf, char *tmp, int *newrank);
 KT_INTERNAL kt_result kt__fold_out(kt__exec *ex, char *buf);
 
-/* Pick the algorithm for op (tuner.c); KAITIAN_ALGO is not applied to a
- * phase of a hierarchical op. *name receives its name for logs. */
-KT_INTERNAL kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, bool phase, const char **name);
+/* Which algorithms ops of collective `coll` (its name: "allreduce", ...)
+ * issued on c have run, not counting the phases of hierarchical ones
+ * (tuner.c): their names, comma-separated in the tuner's table order, into
+ * buf (cut short at cap); "" when none or coll is unknown. Returns buf. For
+ * tests: coll_test --algo checks that a forced run (KAITIAN_ALGO) ran the
+ * algorithm it names and no other, since the tuner falls back to its own
+ * pick when the forced one cannot run a call. */
+KT_INTERNAL const char *kt__algos_run(struct kt_comm_s *c, const char *coll, char *buf, size_t cap);
 
 /* Ring steps shared by allreduce, reduce_scatter and allgather (ring.c).
  * Block b of the data is len[b] bytes; at step k this rank sends block

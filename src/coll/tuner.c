@@ -338,54 +338,63 @@ static void init_ll_cut(struct kt_comm_s *c) {
 }
 
 /* The small ops' pick without the model (its cost is a fair part of a
- * sub-microsecond op), inlined into execute, which asks kt__tune only when
- * this declines (NULL). */
-static inline kt__algo_fn ll_pick(const struct kt_comm_s *c, const kt__op *op, const char **name) {
+ * sub-microsecond op), inlined into execute, which asks pick() only when
+ * this declines (-1). Returns an index into algos. */
+static inline int ll_pick(const struct kt_comm_s *c, const kt__op *op) {
   if (!c->ll_cut_set || op->counts || (int64_t)(op->count * kt_dtype_size(op->dtype)) > c->ll_cut[op->coll])
-    return NULL;
-  const algo *a = &algos[pick_idx[op->coll][PICK_SHM_LL]];
-  *name = a->name;
-  return a->fn;
+    return -1;
+  return pick_idx[op->coll][PICK_SHM_LL];
 }
 
-kt__algo_fn kt__tune(struct kt_comm_s *c, const kt__op *op, bool phase, const char **name) {
+/* The algorithm for op, an index into algos (-1: none can run it): the one
+ * KAITIAN_ALGO forces (not for a phase), else the model's pick. A forced
+ * one that cannot run the call is reported at INFO with what runs instead. */
+static int pick(struct kt_comm_s *c, const kt__op *op, bool phase) {
   pthread_once(&tuner_once, init_tuner);
   if (!c->ll_cut_set) init_ll_cut(c);
-  int a = phase ? -1 : forced[op->coll];
-  if (a >= 0 && !can_run(c, op, &algos[a])) {
-    KT_INFO("rank %d: KAITIAN_ALGO forces %s=%s, which cannot run this call; using the tuner's pick",
-            c->rank, kt__coll_name(op->coll), algos[a].name);
-    a = -1;
+  int f = phase ? -1 : forced[op->coll];
+  if (f >= 0 && can_run(c, op, &algos[f])) return f;
+  int a = -1, m = model_pick(c, op);
+  if (m != PICK_NONE) {
+    int i = pick_idx[op->coll][m];
+    if (i >= 0 && can_run(c, op, &algos[i])) a = i;
+  } else {
+    for (size_t i = 0; i < NALGOS && a < 0; i++)
+      if (algos[i].coll == op->coll && can_run(c, op, &algos[i])) a = (int)i;
   }
-  if (a < 0) {
-    int pick = model_pick(c, op);
-    if (pick != PICK_NONE) {
-      int i = pick_idx[op->coll][pick];
-      if (i >= 0 && can_run(c, op, &algos[i])) a = i;
-    } else {
-      for (size_t i = 0; i < NALGOS && a < 0; i++)
-        if (algos[i].coll == op->coll && can_run(c, op, &algos[i])) a = (int)i;
-    }
-  }
-  if (a < 0) return NULL;
-  *name = algos[a].name;
-  return algos[a].fn;
+  if (f >= 0)
+    KT_INFO("rank %d: KAITIAN_ALGO forces %s=%s, which cannot run op #%llu (count %zu, %s%s); the tuner's pick, "
+            "%s, runs it", c->rank, kt__coll_name(op->coll), algos[f].name, (unsigned long long)op->seq, op->count,
+            kt_dtype_name(op->dtype), op->sendbuf == op->recvbuf ? ", in place" : "", a >= 0 ? algos[a].name : "none");
+  return a;
 }
 
-/* At INFO, the first op issued on a communicator (not a phase of a
- * hierarchical one) that runs each algorithm says so: which algorithms a job
- * uses, at no cost per op (the multi-host tests read it). */
-static void log_first_use(struct kt_comm_s *c, const kt__op *op, kt__algo_fn fn) {
+/* An op issued on c (not a phase of a hierarchical one) runs algorithm a:
+ * add it to c->algos_run, which kt__algos_run reports (coll_test --algo
+ * checks that a forced run ran the algorithm it names and no other), and
+ * at INFO say so the first time: which algorithms a job uses, at no cost
+ * per op (the multi-host tests read these lines). */
+static inline void note_run(struct kt_comm_s *c, const kt__op *op, int a) {
   _Static_assert(NALGOS <= 64, "one bit of algos_run per algorithm");
+  uint64_t bit = (uint64_t)1 << a, run = atomic_load_explicit(&c->algos_run, memory_order_relaxed);
+  if (KT_LIKELY(run & bit)) return;
+  atomic_store_explicit(&c->algos_run, run | bit, memory_order_relaxed); /* one writer: the executing op */
+  KT_INFO("rank %d/%d: %s runs algorithm %s (first time on this communicator)", c->rank, c->size,
+          kt__coll_name(op->coll), algos[a].name);
+}
+
+const char *kt__algos_run(struct kt_comm_s *c, const char *coll, char *buf, size_t cap) {
+  uint64_t run = atomic_load_explicit(&c->algos_run, memory_order_relaxed);
+  size_t n = 0;
+  if (cap == 0) return buf;
+  buf[0] = '\0';
   for (size_t i = 0; i < NALGOS; i++) {
-    if (algos[i].coll != op->coll || algos[i].fn != fn) continue;
-    uint64_t bit = (uint64_t)1 << i;
-    if (!(c->algos_run & bit))
-      KT_INFO("rank %d/%d: %s runs algorithm %s (first time on this communicator)", c->rank, c->size,
-              kt__coll_name(op->coll), algos[i].name);
-    c->algos_run |= bit;
-    return;
+    if (!(run & ((uint64_t)1 << i)) || strcmp(kt__coll_name(algos[i].coll), coll) != 0) continue;
+    int w = snprintf(buf + n, cap - n, "%s%s", n ? "," : "", algos[i].name);
+    if (w < 0 || (size_t)w >= cap - n) break; /* cut short */
+    n += (size_t)w;
   }
+  return buf;
 }
 
 /* Out of execute's way (its registers): a failed op's error names it. */
@@ -402,14 +411,13 @@ static __attribute__((noinline, cold)) kt_result op_failed(struct kt_comm_s *c, 
  * thread (`partial`, no parent: the segments of hier.c) is a phase for the
  * tuner too: KAITIAN_ALGO applies to the calls a program makes. */
 static kt_result execute(struct kt_comm_s *c, const kt__op *op, kt__exec *parent) {
-  const char *name = "?";
   bool phase = parent != NULL || op->partial;
-  kt__algo_fn fn = ll_pick(c, op, &name);
-  if (!fn) fn = kt__tune(c, op, phase, &name);
-  if (!fn) return kt__err(KT_ERR_INTERNAL, "no algorithm for %s", kt__coll_name(op->coll));
-  if (!phase && kt__log_level >= KT_LOG_INFO) log_first_use(c, op, fn);
+  int a = ll_pick(c, op);
+  if (a < 0) a = pick(c, op, phase);
+  if (a < 0) return kt__err(KT_ERR_INTERNAL, "no algorithm for %s", kt__coll_name(op->coll));
+  if (!phase) note_run(c, op, a);
   KT_TRACE("rank %d: op #%llu %s count %zu %s -> %s", c->rank, (unsigned long long)op->seq,
-           kt__coll_name(op->coll), op->count, kt_dtype_name(op->dtype), name);
+           kt__coll_name(op->coll), op->count, kt_dtype_name(op->dtype), algos[a].name);
   /* One clock read per op: the deadline (unless a parent's) and the
    * liveness beat both come from it. */
   int64_t now = kt__now_coarse_ns();
@@ -419,8 +427,8 @@ static kt_result execute(struct kt_comm_s *c, const kt__op *op, kt__exec *parent
   /* Over shared memory a peer's failure is a flag in the segment, checked
    * by every wait; over TCP look at the peers' sockets (one poll). */
   kt_result r = c->shm ? KT_SUCCESS : kt__net_check_peers(&ex);
-  if (r == KT_SUCCESS) r = fn(&ex);
-  return KT_LIKELY(r == KT_SUCCESS) ? r : op_failed(c, op, name, r);
+  if (r == KT_SUCCESS) r = algos[a].fn(&ex);
+  return KT_LIKELY(r == KT_SUCCESS) ? r : op_failed(c, op, algos[a].name, r);
 }
 
 kt_result kt__execute(struct kt_comm_s *c, const kt__op *op) { return execute(c, op, NULL); }

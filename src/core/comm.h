@@ -157,9 +157,9 @@ struct kt_comm_s {
   void *scratch;
   size_t scratch_cap;
   /* Algorithms (tuner.c's table, bit i) that have run an op issued on this
-   * communicator, each logged at INFO the first time. Only the executing op
-   * touches it. */
-  uint64_t algos_run;
+   * communicator, each logged at INFO the first time; kt__algos_run reads
+   * it from any thread. Only the executing op writes it. */
+  _Atomic uint64_t algos_run;
   /* The tuner's small-message pick, worked out at this communicator's first
    * op (tuner.c): a collective of at most ll_cut[coll] bytes per rank, with
    * even blocks, runs shm_ll (-1: never without the full model). Only the

@@ -3,10 +3,12 @@
  * in-place / out-of-place x blocking / non-blocking x roots {0, size-1}.
  * Run under the launcher: `kaitian run -n N coll_test [--quick] [--coll a,b]
  * [--seed S] [--count N] [--verbose] [--selftest] [--drop-rank R | --order
- * LIST]`. Each rank checks its own outputs against a
- * reference computed independently (coll_ref.c), plus guard bytes around and
- * between output blocks and unchanged inputs. Exit status 0 only when every
- * rank saw every result right. */
+ * LIST] [--algo SPEC] [--no-inplace LIST]`. Each rank checks its own outputs
+ * against a reference computed independently (coll_ref.c), plus guard bytes
+ * around and between output blocks and unchanged inputs; with --algo (the
+ * run's KAITIAN_ALGO), that each collective ran the algorithm forced on it
+ * and no other. Exit status 0 only when every rank saw every result right. */
+#include "coll/coll.h"   /* kt__algos_run */
 #include "coll_ref.h"
 #include "core/memreg.h" /* kt__memreg_direct_runs */
 #include "kaitian.h"
@@ -62,6 +64,10 @@ static struct {
   long corrupted; /* selftest: corruptions made (each must be noticed) */
   int registered; /* --registered: 0 none, 1 every rank's buffers, 2 rank 0's only, 3 half of
                      rank 0's (at random), none elsewhere */
+  const char *algo_spec;     /* --algo: the text of the run's KAITIAN_ALGO */
+  char algo[C_NCOLL][32];    /* the algorithm each collective must run ("": any) */
+  bool algo_failed[C_NCOLL]; /* reported once per collective */
+  bool no_inplace[C_NCOLL];  /* --no-inplace: skip the in-place forms */
 } T;
 
 #define ODD_COUNT 1531
@@ -702,6 +708,24 @@ static void run_nb_test(tcase *cs, int k) {
     }
 }
 
+/* --algo: the algorithms this collective's ops have run on the communicator
+ * (kt__algos_run) must be the forced one alone (the tuner runs its own pick
+ * where the forced one cannot run a call: that call tested something else),
+ * and by the end (final) it must have run. Reported once per collective,
+ * after the case (or batch) where another algorithm first showed up. */
+static void check_algo(int coll, const char *what, bool final) {
+  if (!T.algo[coll][0] || T.algo_failed[coll]) return;
+  char ran[256];
+  kt__algos_run(T.comm, colls[coll].name, ran, sizeof ran);
+  if (!strcmp(ran, T.algo[coll]) || (!final && !ran[0])) return;
+  fprintf(stderr,
+          "FAIL %s: --algo '%s' forces %s=%s, but the %s ops of this communicator ran %s (KAITIAN_DEBUG=INFO "
+          "names the call the forced algorithm could not run)\n",
+          what, T.algo_spec, colls[coll].name, T.algo[coll], colls[coll].name, ran[0] ? ran : "no algorithm");
+  T.algo_failed[coll] = true;
+  T.failures++;
+}
+
 /* Run up to NB_BATCH cases in one mode; failures are counted, not fatal. */
 static void run_batch(tcase *cs, int k, int mode) {
   for (int i = 0; i < k; i++) {
@@ -725,6 +749,9 @@ static void run_batch(tcase *cs, int k, int mode) {
     if ((T.selftest ? selftest_case(&cs[i]) : verify(&cs[i])) != 0) T.failures++;
     release(&cs[i]);
   }
+  char what[sizeof cs->what + 64];
+  snprintf(what, sizeof what, "%s%s", cs[k - 1].what, k > 1 ? " (or an op before it in its batch)" : "");
+  for (int i = 0; i < k; i++) check_algo(cs[i].coll, what, false);
 }
 
 /* Which (dtype, op, count, in-place) combinations run under --quick: every
@@ -765,7 +792,7 @@ static int enumerate(int coll, tcase *out, int cap) {
       kt_op op = colls[coll].reduces ? (kt_op)o : REF_RAW;
       if (colls[coll].reduces && !ref_op_valid(dt, op)) continue;
       for (int ci = 0; ci < ncounts; ci++)
-        for (int ip = 0; ip < (colls[coll].inplace ? 2 : 1); ip++)
+        for (int ip = 0; ip < (colls[coll].inplace && !T.no_inplace[coll] ? 2 : 1); ip++)
           for (int ri = 0; ri < nroots; ri++)
             for (int si = 0; si < nshifts; si++) {
               if (quick_skip(dt, op, counts[ci], ip)) continue;
@@ -836,7 +863,7 @@ static void run_mixed(void) {
       }
     size_t counts[4] = {ODD_COUNT, 1, 0, large_for(c->coll, c->dt)};
     c->count = counts[(i / 3) % 4];
-    c->inplace = colls[c->coll].inplace && (i / 2) % 2;
+    c->inplace = colls[c->coll].inplace && !T.no_inplace[c->coll] && (i / 2) % 2;
     c->root = colls[c->coll].rooted ? (i / 5) % T.size : 0;
     c->shift = 1;
     c->salt = hash3(T.seed, (uint64_t)C_MIXED * 1000003u + (uint64_t)i, 7);
@@ -933,6 +960,9 @@ static void usage(const char *argv0) {
           "       [--registered all|rank0|flip: buffers from kt_mem_alloc on every rank (allreduce must\n"
           "        then run single-copy at least once), on rank 0 only, or half of rank 0's at random\n"
           "        (then it must never)]\n"
+          "       [--algo SPEC: the run's KAITIAN_ALGO; each tested collective it forces (coll=name, or a\n"
+          "        bare name: every tested one) must run that algorithm and no other]\n"
+          "       [--no-inplace coll[,coll...]: skip the in-place forms of these collectives]\n"
           "collectives:",
           argv0);
   for (int i = 0; i < C_NCOLL; i++) fprintf(stderr, " %s", colls[i].name);
@@ -957,6 +987,53 @@ static void parse_colls(const char *list, const char *argv0) {
   }
 }
 
+/* Index into colls of a collective name, -1 if none. */
+static int coll_index(const char *name) {
+  for (int i = 0; i < C_NCOLL; i++)
+    if (strcmp(name, colls[i].name) == 0) return i;
+  return -1;
+}
+
+static void parse_no_inplace(const char *list, const char *argv0) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", list);
+  for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    int i = coll_index(t);
+    if (i < 0) {
+      fprintf(stderr, "coll_test: --no-inplace: unknown collective '%s'\n", t);
+      usage(argv0);
+    }
+    T.no_inplace[i] = true;
+  }
+}
+
+/* --algo, read as the tuner reads KAITIAN_ALGO: "coll=name" forces one
+ * collective, a bare name every tested one (a collective without that
+ * algorithm then fails the check: the run would not test what it says);
+ * a collective's own entry wins over a bare name. mixed and p2p (send and
+ * recv underneath) are not checked. */
+static void parse_algo(const char *argv0) {
+  for (int pass = 0; pass < 2; pass++) { /* bare names first, then coll=name over them */
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", T.algo_spec);
+    for (char *save = NULL, *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+      char *eq = strchr(t, '=');
+      if (!eq && pass == 0) {
+        for (int i = 0; i < C_NCOLL; i++)
+          if (T.want[i] && i != C_MIXED && i != C_P2P) snprintf(T.algo[i], sizeof T.algo[i], "%s", t);
+      } else if (eq && pass == 1) {
+        *eq = '\0';
+        int i = coll_index(t);
+        if (i < 0 || i == C_MIXED || i == C_P2P) {
+          fprintf(stderr, "coll_test: --algo: '%s' is not a collective it can check\n", t);
+          usage(argv0);
+        }
+        snprintf(T.algo[i], sizeof T.algo[i], "%s", eq + 1);
+      }
+    }
+  }
+}
+
 int main(int argc, char **argv) {
   bool any = false;
   int drop = -1;
@@ -973,6 +1050,8 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) T.only_count = atol(argv[++i]);
     else if (strcmp(argv[i], "--drop-rank") == 0 && i + 1 < argc) drop = atoi(argv[++i]);
     else if (strcmp(argv[i], "--order") == 0 && i + 1 < argc) order = argv[++i];
+    else if (strcmp(argv[i], "--algo") == 0 && i + 1 < argc) T.algo_spec = argv[++i];
+    else if (strcmp(argv[i], "--no-inplace") == 0 && i + 1 < argc) parse_no_inplace(argv[++i], argv[0]);
     else if (strcmp(argv[i], "--registered") == 0 && i + 1 < argc && strcmp(argv[i + 1], "all") == 0)
       T.registered = 1, i++;
     else if (strcmp(argv[i], "--registered") == 0 && i + 1 < argc && strcmp(argv[i + 1], "rank0") == 0)
@@ -983,6 +1062,13 @@ int main(int argc, char **argv) {
   }
   if (!any)
     for (int i = 0; i < C_NCOLL; i++) T.want[i] = true;
+  if (T.algo_spec) {
+    if (strlen(T.algo_spec) >= 512) {
+      fprintf(stderr, "coll_test: --algo: too long\n");
+      return 2;
+    }
+    parse_algo(argv[0]);
+  }
 
   kt_result rc = kt_comm_init_env(&T.comm);
   if (rc != KT_SUCCESS) {
@@ -1040,9 +1126,12 @@ int main(int argc, char **argv) {
     if (coll == C_BARRIER) run_barrier();
     else if (coll == C_MIXED) run_mixed();
     else run_coll(coll);
+    check_algo(coll, colls[coll].name, true);
+    char ran[256] = "";
+    if (coll != C_MIXED && coll != C_P2P) kt__algos_run(T.comm, colls[coll].name, ran, sizeof ran);
     if (T.rank == 0)
-      printf("coll_test: %-14s %5ld cases, %ld failed on rank 0, %.2f s\n", colls[coll].name,
-             T.cases - c0, T.failures - f0, now_s() - t0);
+      printf("coll_test: %-14s %5ld cases, %ld failed on rank 0, %.2f s%s%s\n", colls[coll].name,
+             T.cases - c0, T.failures - f0, now_s() - t0, ran[0] ? ", ran " : "", ran);
     fflush(stdout);
   }
 

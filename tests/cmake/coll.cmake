@@ -11,27 +11,42 @@ target_compile_options(coll_test PRIVATE -O2)
 # CTest TIMEOUT kills the run.
 set(KT_COLL_ENV "KAITIAN_TIMEOUT=60000")
 
-# Forced algorithms: "<test suffix>|<KAITIAN_ALGO>|<collectives it affects>".
-# Each forced run exercises only the collectives that have the algorithm.
+# Forced algorithms: "<test suffix>|<KAITIAN_ALGO>|<collectives it affects>|
+# <fewest ranks>[|<more coll_test args>]". Each forced run exercises only the
+# collectives that have the algorithm, and only the calls it can run: the
+# shared-memory ones need 2 ranks (one rank has no segment), and shm_cma's
+# alltoall runs out of place only (docs/algorithms.md).
 set(KT_COLL_FORCED
-  "ring|ring|allreduce,allgather,allgatherv,reduce_scatter"
-  "recursive_doubling|allreduce=recursive_doubling|allreduce"
-  "halving_doubling|allreduce=halving_doubling|allreduce"
-  "bcast_binomial|broadcast=binomial|broadcast"
-  "bcast_pipeline|broadcast=pipeline|broadcast"
-  "reduce_binomial|reduce=binomial|reduce"
-  "linear|gather=linear,scatter=linear|gather,scatter"
-  "pairwise|alltoall=pairwise,alltoallv=pairwise|alltoall,alltoallv"
-  "dissemination|barrier=dissemination|barrier"
-  "shm_oneshot|allreduce=shm_oneshot|allreduce"
-  "shm_rsag|allreduce=shm_rsag|allreduce"
-  "reduce_shm_oneshot|reduce=shm_oneshot|reduce"
-  "shm_cma|broadcast=shm_cma,scatter=shm_cma,gather=shm_cma,allgather=shm_cma,alltoall=shm_cma|broadcast,scatter,gather,allgather,alltoall"
-  "shm|shm|broadcast,reduce,allgather,allgatherv,reduce_scatter,gather,scatter,alltoall,alltoallv,barrier")
+  "ring|ring|allreduce,allgather,allgatherv,reduce_scatter|1"
+  "recursive_doubling|allreduce=recursive_doubling|allreduce|1"
+  "halving_doubling|allreduce=halving_doubling|allreduce|1"
+  "bcast_binomial|broadcast=binomial|broadcast|1"
+  "bcast_pipeline|broadcast=pipeline|broadcast|1"
+  "reduce_binomial|reduce=binomial|reduce|1"
+  "linear|gather=linear,scatter=linear|gather,scatter|1"
+  "pairwise|alltoall=pairwise,alltoallv=pairwise|alltoall,alltoallv|1"
+  "dissemination|barrier=dissemination|barrier|1"
+  "shm_oneshot|allreduce=shm_oneshot|allreduce|2"
+  "shm_rsag|allreduce=shm_rsag|allreduce|2"
+  "reduce_shm_oneshot|reduce=shm_oneshot|reduce|2"
+  "shm_cma|broadcast=shm_cma,scatter=shm_cma,gather=shm_cma,allgather=shm_cma,alltoall=shm_cma|broadcast,scatter,gather,allgather,alltoall|2|--no-inplace alltoall"
+  "shm|shm|broadcast,reduce,allgather,allgatherv,reduce_scatter,gather,scatter,alltoall,alltoallv,barrier|2")
 
 # kt_coll_test(<name> <ranks> <timeout s> <extra env> <coll_test args...>)
+# A run that forces algorithms (KAITIAN_ALGO in <extra env>) passes the same
+# text to coll_test as --algo: it fails unless each collective it tests ran
+# the algorithm forced on it and no other (the tuner would otherwise fall
+# back to its own pick, silently but for an INFO line, wherever the forced
+# one cannot run a call). The expectation travels on the command line, so a
+# KAITIAN_ALGO that never reached the ranks, or names nothing, fails too.
 function(kt_coll_test name np timeout env)
-  add_test(NAME ${name} COMMAND ${KT_CLI} run -n ${np} $<TARGET_FILE:coll_test> ${ARGN})
+  set(algo_args)
+  foreach(e IN LISTS env)
+    if(e MATCHES "^KAITIAN_ALGO=(.+)$")
+      set(algo_args --algo "${CMAKE_MATCH_1}")
+    endif()
+  endforeach()
+  add_test(NAME ${name} COMMAND ${KT_CLI} run -n ${np} $<TARGET_FILE:coll_test> ${ARGN} ${algo_args})
   set(procs ${np})
   if(procs GREATER 4)
     set(procs 4)
@@ -65,11 +80,20 @@ foreach(np 1 2 3 4 5 8)
     list(GET parts 0 suffix)
     list(GET parts 1 algo)
     list(GET parts 2 which)
-    if(np LESS_EQUAL KT_COLL_FULL_MAX_NP)
-      kt_coll_test(coll.np${np}.${suffix} ${np} 300 "KAITIAN_ALGO=${algo}" --coll ${which})
-    else()
-      kt_coll_test(coll.np${np}.${suffix} ${np} 300 "KAITIAN_ALGO=${algo}" --coll ${which} --quick)
+    list(GET parts 3 fewest)
+    set(more)
+    list(LENGTH parts nparts)
+    if(nparts GREATER 4)
+      list(GET parts 4 more)
+      separate_arguments(more UNIX_COMMAND "${more}")
     endif()
+    if(np LESS fewest)
+      continue()
+    endif()
+    if(np GREATER KT_COLL_FULL_MAX_NP)
+      list(APPEND more --quick)
+    endif()
+    kt_coll_test(coll.np${np}.${suffix} ${np} 300 "KAITIAN_ALGO=${algo}" --coll ${which} ${more})
   endforeach()
 endforeach()
 
@@ -189,11 +213,31 @@ set_tests_properties(coll.np2.shm_cma_permit PROPERTIES TIMEOUT 120 LABELS "coll
 kt_add_test_exe(no_cma ${KT_TEST_DIR}/c/no_cma.c)
 foreach(call readv writev)
   add_test(NAME coll.np3.shm_cma_refused_${call}
-    COMMAND sh -c "out=$(\"$0\" run -n 3 \"$1\" \"$2\" --coll broadcast,scatter,gather,allgather,alltoall --quick 2>&1); rc=$?; printf '%s\\n' \"$out\"; [ $rc -eq 0 ] || exit 1; printf '%s\\n' \"$out\" | grep -q 'rank 1: cannot reach rank 0.s memory (process_vm_'\"$3\"': Operation not permitted)' || { echo 'FAIL: no line saying why rank 1 cannot use single copy'; exit 1; }; printf '%s\\n' \"$out\" | grep -q 'runs algorithm shm_cma' || { echo 'FAIL: shm_cma did not run'; exit 1; }"
+    COMMAND sh -c "out=$(\"$0\" run -n 3 \"$1\" \"$2\" --coll broadcast,scatter,gather,allgather,alltoall --quick --no-inplace alltoall --algo \"$KAITIAN_ALGO\" 2>&1); rc=$?; printf '%s\\n' \"$out\"; [ $rc -eq 0 ] || exit 1; printf '%s\\n' \"$out\" | grep -q 'rank 1: cannot reach rank 0.s memory (process_vm_'\"$3\"': Operation not permitted)' || { echo 'FAIL: no line saying why rank 1 cannot use single copy'; exit 1; }; printf '%s\\n' \"$out\" | grep -q 'runs algorithm shm_cma' || { echo 'FAIL: shm_cma did not run'; exit 1; }"
       ${KT_CLI} $<TARGET_FILE:no_cma> $<TARGET_FILE:coll_test> ${call})
   set_tests_properties(coll.np3.shm_cma_refused_${call} PROPERTIES TIMEOUT 300 LABELS "coll" PROCESSORS 2
     ENVIRONMENT "KT_NO_CMA_RANK=1;KT_NO_CMA_CALL=${call};KAITIAN_DEBUG=INFO;KAITIAN_TIMEOUT=60000;KAITIAN_ALGO=broadcast=shm_cma,scatter=shm_cma,gather=shm_cma,allgather=shm_cma,alltoall=shm_cma")
 endforeach()
+
+# The forced runs' own check must be able to fail: alltoall forced to
+# shm_cma with its in-place cases left in. Those run the tuner's pick (the
+# INFO line names it), every result must still be right, and coll_test must
+# fail on the algorithm alone, naming what ran.
+add_test(NAME coll.np2.algo_check COMMAND sh -c [=[
+kt=$1 prog=$2; fail() { echo "TEST FAILED: $*"; exit 1; }
+out=$(KAITIAN_DEBUG=INFO KAITIAN_ALGO=alltoall=shm_cma "$kt" run -n 2 "$prog" --coll alltoall --quick --algo alltoall=shm_cma 2>&1)
+rc=$?
+printf '%s\n' "$out" | grep -E 'FAIL|coll_test:|cannot run' | head -n 12
+[ $rc -ne 0 ] || fail "coll_test passed although in-place alltoalls ran another algorithm than the forced shm_cma"
+printf '%s\n' "$out" | grep -Eq "^\[0\] FAIL rank 0 alltoall .*: --algo 'alltoall=shm_cma' forces alltoall=shm_cma, but the alltoall ops of this communicator ran [a-z_,]+ \(" ||
+  fail "no FAIL line naming the forced shm_cma and what ran instead"
+printf '%s\n' "$out" | grep -q "KAITIAN_ALGO forces alltoall=shm_cma, which cannot run op #[0-9]* (count [0-9]*, [a-z0-9]*, in place); the tuner's pick, shm[_a-z]*, runs it" ||
+  fail "no INFO line naming the in-place call and the algorithm that ran it"
+printf '%s\n' "$out" | grep -q "^\[0\] coll_test: FAILED (2 failed cases over all ranks)" ||
+  fail "another failure than the algorithm's (expected one per rank): $(printf '%s\n' "$out" | grep FAIL | head -n 3)"
+echo PASS]=] sh ${KT_CLI} $<TARGET_FILE:coll_test>)
+set_tests_properties(coll.np2.algo_check PROPERTIES TIMEOUT 120 LABELS "coll" PROCESSORS 2
+  ENVIRONMENT "KAITIAN_TIMEOUT=60000")
 
 # Halving-doubling where the forced runs above do not reach: 6 and 7 ranks
 # (two and three pairs fold in and out), and chunks of 1001 bytes with tiny

@@ -35,7 +35,10 @@ foreach(np 2 3)
 endforeach()
 
 # 3. Mismatched operations fail on every rank, quickly, never hang (the
-#    timeout is far beyond the time allowed).
+#    timeout is far beyond the time allowed). For every mismatch scenario
+#    scenario.sh also requires a rank that saw the mismatch itself to report
+#    KT_ERR_MISMATCH naming both operations, and every other rank's error to
+#    be a mismatch or to name such a rank (fault_prog's FAULT_MISMATCH lines).
 foreach(kind bcast bcastroot1 count countlarge dtype op avg p2ptag p2pcount p2pdtype)
   kt_fault_test(mismatch.np2.${kind} 120 2 scenario.sh --np 2 --max-s 30
     --env KAITIAN_TIMEOUT=60000 -- mismatch kind=${kind})

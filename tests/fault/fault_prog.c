@@ -9,7 +9,8 @@
  *                                      expected is KT_ERR_TIMEOUT)
  *   deadpeer   victim=V mode=kill|exit   V dies after a barrier
  *   timeout    sleeper=S sleep_ms=T expect_ms=E [strict=0|1]
- *   mismatch   kind=bcast|bcastroot1|count|countlarge|dtype|op|smallsendonly|smallstream
+ *   mismatch   kind=bcast|bcastroot1|count|countlarge|countsmall|dtype|op|avg|smallsendonly|
+ *                   smallstream|p2ptag|p2pcount|p2pdtype|sendfirst|sendcycle|sendfirstbig|sendcyclebig
  *   abort      mode=blocking|nonblocking [wait_ms=T] [strict=0|1]
  *   graceful   kind=late_destroy|p2p
  *   late       [sleep_ms=T]              ranks late by T ms to the same operations
@@ -26,6 +27,9 @@
  *   stdout  FAULT_STARTED rank=R            killloop, chaos: first operation checked
  *   stdout  FAULT_OK rank=R <what>          every check of this rank passed
  *   stderr  FAULT_ERROR rank=R t_ms=T elapsed_ms=E code=NAME msg=TEXT
+ *   stderr  FAULT_MISMATCH rank=R code=NAME detected=0|1 names=R,R...
+ *                                       mismatch: what this rank's error says
+ *                                       (scenario.sh checks them across ranks)
  *   stderr  FAULT_CHECK_FAILED rank=R: reason
  * Exit status: 0 when every check passed (killloop and chaos survivors: 3,
  * since they lost a peer), 1 when a check failed, 2 on a usage or setup error. */
@@ -507,6 +511,84 @@ static int scenario_timeout(kt_comm comm) {
   return finish("timeout: KT_ERR_TIMEOUT naming the rank and KAITIAN_TIMEOUT", 0);
 }
 
+/* What the two sides of each mismatch kind differ in, as the message of the
+ * rank that sees it names them: one pair per form the text takes (the
+ * collectives' signatures "(op #1 allreduce, count 100, float32, sum, root
+ * 0)", point to point's "400 bytes (float32) with tag 5" or "(op #0 recv,
+ * 400 bytes, tag 5, float32)", the send cycles' "send of N bytes to rank 1
+ * can never complete: rank 1 sends to rank 0 ..."). */
+static const struct {
+  const char *kind, *a, *b;
+} mismatch_sides[] = {
+    {"bcast", "allreduce", "broadcast"},
+    {"bcastroot1", "allreduce", "broadcast"},
+    {"count", "count 100,", "count 200,"},
+    {"count", "400 bytes", "800 bytes"},
+    {"countsmall", "count 4,", "count 256,"},
+    {"countsmall", "16 bytes", "1024 bytes"},
+    {"countlarge", "count 1048576,", "count 1048640,"},
+    {"countlarge", "4194304 bytes", "4194560 bytes"},
+    {"dtype", "float32", "int32"},
+    {"op", ", sum", ", max"},
+    {"avg", ", sum", ", avg"},
+    {"smallsendonly", "reduce", "broadcast"},
+    {"smallstream", "reduce", "broadcast"},
+    {"p2ptag", "tag 0", "tag 5"},
+    {"p2pcount", "400 bytes", "404 bytes"},
+    {"p2pdtype", "float32", "int32"},
+    {"sendfirst", "send of ", " sends "},
+    {"sendcycle", "send of ", " sends "},
+    {"sendfirstbig", "send of ", " sends "},
+    {"sendcyclebig", "send of ", " sends "},
+};
+
+/* The text of an error past the prefixes the library puts before it: the
+ * reporting rank's op ("rank 1: barrier #2 (shm_ll, count 0, uint8): ") and
+ * an abort notice it relays ("rank 0 failed and aborted the communicator: "),
+ * as often as they come; *relayed tells whether there was a notice. */
+static const char *error_detail(const char *msg, bool *relayed) {
+  static const char notice[] = " failed and aborted the communicator: ";
+  const char *m = msg;
+  *relayed = false;
+  for (;;) {
+    if (strncmp(m, "rank ", 5) != 0) return m;
+    const char *p = m + 5;
+    while (*p >= '0' && *p <= '9') p++;
+    const char *close = strstr(p, "): ");
+    if (!strncmp(p, notice, sizeof notice - 1)) {
+      *relayed = true;
+      m = p + sizeof notice - 1;
+    } else if (!strncmp(p, ": ", 2) && strchr(p, '#') && close && strchr(p, '#') < close) {
+      m = close + 3; /* "<op> #<seq> (<algorithm>, count <n>, <dtype>): " */
+    } else {
+      return m;
+    }
+  }
+}
+
+/* The mismatch scenario's report, which scenario.sh reads from every rank.
+ * detected=1: this rank saw the mismatch itself (not through a peer's abort
+ * notice) and reports KT_ERR_MISMATCH naming both sides' operations; names:
+ * the other ranks its message names (a rank that did not see it must point
+ * at one that did). */
+static void report_mismatch(const char *kind, kt_result r, const char *msg) {
+  bool relayed;
+  const char *detail = error_detail(msg, &relayed);
+  bool both = false;
+  for (size_t i = 0; i < sizeof mismatch_sides / sizeof mismatch_sides[0]; i++)
+    if (!strcmp(mismatch_sides[i].kind, kind) && strstr(detail, mismatch_sides[i].a) &&
+        strstr(detail, mismatch_sides[i].b))
+      both = true;
+  char names[512] = "", name[64];
+  size_t n = 0;
+  for (int q = 0; q < g_size && n + 16 < sizeof names; q++)
+    if (q != g_rank && names_rank(msg, q))
+      n += (size_t)snprintf(names + n, sizeof names - n, "%s%d", n ? "," : "", q);
+  fprintf(stderr, "FAULT_MISMATCH rank=%d code=%s detected=%d names=%s\n", g_rank, code_name(r, name, sizeof name),
+          r == KT_ERR_MISMATCH && both && !relayed, names[0] ? names : "-");
+  fflush(stderr);
+}
+
 /* Test 3: ranks issue different operations; every rank must get an error.
  * p2ptag/p2pcount/p2pdtype: rank 0 sends to rank 1, which expects another
  * tag, count or type (same bytes); the others join a barrier.
@@ -629,6 +711,7 @@ static int scenario_mismatch(kt_comm comm) {
     check_failed("%s succeeded although rank 1 issued a different operation (%s)", what, kind);
   } else {
     report_error(what, r, msg, dt);
+    report_mismatch(kind, r, msg);
     bool ok = r == KT_ERR_MISMATCH || r == KT_ERR_PEER_FAILED || r == KT_ERR_ABORTED;
     if (!ok)
       check_failed("expected KT_ERR_MISMATCH (or the abort notice of the rank that saw it), got "
