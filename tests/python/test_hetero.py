@@ -507,7 +507,26 @@ def mlp(width, dtype=torch.float32):
 
 def test_curves():
     """A rank slowed by one busy process is measured slower at both batch sizes;
-    the fit predicts a third batch size within 25%."""
+    the fit predicts a third batch size within 25%. A timing test on a shared
+    machine: a second attempt is made when the first fails, and both are printed."""
+    rank = dist.get_rank()
+    for attempt in (1, 2):
+        why = curves_attempt()
+        flags = [None] * dist.get_world_size()
+        dist.all_gather_object(flags, why)
+        whys = [w for w in flags if w]
+        if not whys:
+            break
+        if rank == 0:
+            print(f"curves: attempt {attempt} failed: {whys[0]}", flush=True)
+    check(not whys, whys[0] if whys else "")
+    dist.barrier()
+    if rank == 0:
+        print(f"PASS curves (attempt {attempt})")
+
+
+def curves_attempt():
+    """One measurement: None where every check holds, else what failed."""
     from torch_kaitian.hetero import _Stepper, _measure_curves
     rank, p = dist.get_rank(), dist.get_world_size()
     busy, cpus = slow_rank(1)
@@ -531,19 +550,21 @@ def test_curves():
                   f"t(b) = {curves[r].a * 1e3:.3f} ms + b * {curves[r].c * 1e3:.4f} ms; batch "
                   f"{third}: predicted {curves[r].time(third) * 1e3:.2f} ms, measured "
                   f"{m * 1e3:.2f} ms", flush=True)
-    check(len(points) >= 2 and len({b for b, _ in points}) >= 2,
-          f"rank {rank} timed at {len(points)} batch sizes: {points}")
     (p0, m0), (p1, m1) = rows
-    check(p1[0][1] > p0[0][1] * 1.2 and p1[0][0] == p0[0][0] == at_first[0],
-          f"at batch {p0[0][0]} the slowed rank took {p1[0][1]:.4f} s, the other {p0[0][1]:.4f} s")
-    check(m1 > m0 * 1.2, f"at batch {third} the slowed rank took {m1:.4f} s, the other {m0:.4f} s")
-    check(curves[1].time(128) > curves[0].time(128) * 1.2, f"curves {curves}")
     err = abs(predicted - measured) / measured
-    check(err <= 0.25, f"the fit predicts {predicted * 1e3:.2f} ms at batch {third}, measured "
-          f"{measured * 1e3:.2f} ms ({err:.0%} off > 25%)")
-    dist.barrier()
-    if rank == 0:
-        print("PASS curves")
+    for ok, msg in (
+            (len(points) >= 2 and len({b for b, _ in points}) >= 2,
+             f"rank {rank} timed at {len(points)} batch sizes: {points}"),
+            (p1[0][1] > p0[0][1] * 1.2 and p1[0][0] == p0[0][0] == at_first[0],
+             f"at batch {p0[0][0]} the slowed rank took {p1[0][1]:.4f} s, the other "
+             f"{p0[0][1]:.4f} s"),
+            (m1 > m0 * 1.2, f"at batch {third} the slowed rank took {m1:.4f} s, the other {m0:.4f} s"),
+            (curves[1].time(128) > curves[0].time(128) * 1.2, f"curves {curves}"),
+            (err <= 0.25, f"rank {rank}: the fit predicts {predicted * 1e3:.2f} ms at batch {third}, "
+                          f"measured {measured * 1e3:.2f} ms ({err:.0%} off > 25%)")):
+        if not ok:
+            return msg
+    return None
 
 
 def test_leaveout():
