@@ -7,8 +7,8 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 CTEST_FLAGS ?= --output-on-failure
 # Debian packages the build and the tests need (installed when missing).
-DEB_PACKAGES := gcc make cmake iproute2 procps \
-  python3-torch python3-numpy python3-sklearn python3-setuptools python3-pip
+DEB_PACKAGES := gcc make cmake iproute2 procps pkg-config \
+  python3-torch python3-numpy python3-sklearn python3-setuptools python3-pip python3-wheel python3-venv
 # The cluster managers the launch tests run under (tests/launcher/slurm.sh):
 # installed when missing; where they cannot be, those tests skip and say why.
 DEB_OPTIONAL := slurm-wlm munge openmpi-bin mpich
@@ -17,23 +17,29 @@ DEB_OPTIONAL := slurm-wlm munge openmpi-bin mpich
 PYTHON ?= /usr/bin/python3
 # The PyTorch side runs from the source tree with this build's library.
 KT_PY_ENV = KAITIAN_LIBRARY=$(abspath $(BUILD))/libkaitian.so PYTHONPATH=$(CURDIR)/python PYTHON=$(PYTHON)
+# The second torch: 2.x from PyPI in a venv the suite makes once (the test
+# python2_venv, tests/python/torch2_venv.py) and reuses.
+TORCH2_VENV = $(abspath $(BUILD))/torch2-venv
+KT_PY2_ENV = KAITIAN_LIBRARY=$(abspath $(BUILD))/libkaitian.so PYTHONPATH=$(CURDIR)/python PYTHON=$(TORCH2_VENV)/bin/python
 
-.PHONY: all build demo demo-bench test test-release test-asan tsan install deps clean help conformance fuzz chaos soak mutation
+.PHONY: all build demo demo-bench test test-release test-asan tsan install uninstall deps clean help conformance fuzz chaos soak mutation
 
 all: build
 
 help:
 	@echo "make demo     build, then train a CNN on the digits data with DDP over \"kaitian\" (2 ranks)"
 	@echo "make demo-bench  a 4-rank job of kaitian bench -c 1 with an explanation of the table"
-	@echo "make conformance  torch's own distributed test suite, gloo vs kaitian, 2 and 3 ranks (~6 min)"
-	@echo "make test     install missing packages, build, run the suite (release, then ASan+UBSan)"
+	@echo "make conformance  torch's own distributed test suite, gloo vs kaitian, 2 and 3 ranks, under Debian's"
+	@echo "              torch 1.13 and then torch 2.x from PyPI (~6 min each)"
+	@echo "make test     install missing packages, build, run the suite (release, its Python tests under"
+	@echo "              torch 1.13 and torch 2.x, then ASan+UBSan)"
 	@echo "make tsan     run the suite under ThreadSanitizer"
 	@echo "make fuzz     every libFuzzer harness for FUZZ_SECONDS (default 600) each (tests/fuzz/)"
 	@echo "make chaos    TRIALS (default 100) jobs of each kind with a rank killed or stopped at random, on one host and on 2 netns hosts (with a host's link taken down) (tests/fault/chaos.sh)"
 	@echo "make mutation  plant known bugs one at a time in a copy of the Python package (the exact heterogeneous mean, ZeRO, the pipeline); each must fail its test (tests/mutation/mutate.py, ~2 min)"
 	@echo "make soak     long runs on 4 ranks (one host; 2 netns hosts; 1000 torch groups) whose memory and descriptors must stay flat (tests/soak/)"
 	@echo "make install  install to PREFIX=$(PREFIX) (library, header, kaitian, pkg-config, CMake package,"
-	@echo "              Python package torch_kaitian)"
+	@echo "              Python package torch_kaitian); make uninstall removes it (docs/install.md)"
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -62,7 +68,13 @@ mutation: build
 	$(KT_PY_ENV) $(PYTHON) tests/mutation/mutate.py $(BUILD)/kaitian
 
 conformance: build
-	$(KT_PY_ENV) $(PYTHON) tests/python/conformance.py --world-size 2,3
+	@status=0; \
+	echo "== torch 1.13 ($(PYTHON))"; \
+	$(KT_PY_ENV) $(PYTHON) tests/python/conformance.py --world-size 2,3 || status=1; \
+	echo "== torch 2.x ($(TORCH2_VENV))"; \
+	{ /usr/bin/python3 tests/python/torch2_venv.py $(TORCH2_VENV) && \
+	  $(KT_PY2_ENV) $(TORCH2_VENV)/bin/python tests/python/conformance.py --world-size 2,3; } || status=1; \
+	exit $$status
 
 test: test-release test-asan
 
@@ -111,6 +123,11 @@ tsan: deps
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 	$(PYTHON) python/install.py --prefix $(PREFIX) --manifest $(BUILD)/install_manifest.txt
+
+# Every file of the last `make install` from this build (its manifest: CMake's
+# files and the Python package's).
+uninstall:
+	$(PYTHON) python/install.py --uninstall --manifest $(BUILD)/install_manifest.txt
 
 clean:
 	rm -rf build build-asan build-tsan

@@ -1,32 +1,48 @@
 #!/usr/bin/python3
-"""install.py - `make install`'s Python part: copy the torch_kaitian package
-into PREFIX's site directory for this interpreter and link the library that
-`cmake --install` put under PREFIX next to it, so `import torch_kaitian`
-works without PYTHONPATH or ldconfig. (pip is not used: Debian marks its
-Python "externally managed"; `pip install --no-build-isolation .` remains the
-way for a virtual environment.)
+"""install.py - `make install`'s Python part, and `make uninstall`.
 
     install.py --prefix PREFIX [--manifest BUILD/install_manifest.txt]
+    install.py --uninstall --manifest BUILD/install_manifest.txt
+
+Install: copy the torch_kaitian package into PREFIX's site directory for
+this interpreter and link the library that `cmake --install` put under PREFIX
+next to it, so `import torch_kaitian` works without PYTHONPATH or ldconfig
+(the `kaitian` command is CMake's PREFIX/bin/kaitian); when this interpreter
+does not look in that directory, say in one line what to set. Every file made is appended to
+the manifest, after CMake's own, so that the manifest lists the whole
+install. (pip is not used: Debian marks its Python "externally managed";
+`pip install .` is the way for a virtual environment, docs/install.md.)
+
+Uninstall: remove every file the manifest lists, then the directories that
+are KaiTian's alone (torch_kaitian/ and its subdirectories, lib/cmake/kaitian/)
+once empty; shared directories (bin/, lib/pkgconfig/, site-packages/) stay.
 
 Honours $DESTDIR (staged installs): files go under it, the link points at the
-final location.
+final location, the manifest names the final paths.
 """
 import argparse
 import os
 import re
 import shutil
+import site
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE = "torch_kaitian"
 
 
 def site_dir(prefix):
-    """The directory of PREFIX this interpreter imports from (Debian: dist-packages)."""
+    """(the directory of PREFIX this interpreter imports from, whether it does).
+    Debian: PREFIX/lib/python3.X/dist-packages for /usr/local; a user's
+    ~/.local/lib/python3.X/site-packages counts even before it exists (Python
+    adds it at start-up once it does)."""
     ver = f"python{sys.version_info[0]}.{sys.version_info[1]}"
     candidates = [os.path.join(prefix, "lib", ver, "dist-packages"),
                   os.path.join(prefix, "lib", "python3", "dist-packages"),
                   os.path.join(prefix, "lib", ver, "site-packages")]
     on_path = {os.path.realpath(p) for p in sys.path if p}
+    if site.ENABLE_USER_SITE:
+        on_path.add(os.path.realpath(site.getusersitepackages()))
     for c in candidates:
         if os.path.realpath(c) in on_path:
             return c, True
@@ -47,27 +63,74 @@ def installed_library(prefix, manifest):
     return None
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prefix", required=True)
-    ap.add_argument("--manifest", help="CMake's install_manifest.txt (to find the installed library)")
-    args = ap.parse_args()
-    prefix = os.path.abspath(args.prefix)
+def install(prefix, manifest):
     destdir = os.environ.get("DESTDIR", "")
-    site, on_path = site_dir(prefix)
-    target = destdir + os.path.join(site, "torch_kaitian")
+    site_path, on_path = site_dir(prefix)
+    target = destdir + os.path.join(site_path, PACKAGE)
     if os.path.isdir(target):
         shutil.rmtree(target)
-    shutil.copytree(os.path.join(HERE, "torch_kaitian"), target,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "libkaitian.so*"))
-    lib = installed_library(prefix, args.manifest)
+    shutil.copytree(os.path.join(HERE, PACKAGE), target,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "libkaitian.so*", "bin"))
+    lib = installed_library(prefix, manifest)
     if lib:
         os.symlink(lib, os.path.join(target, "libkaitian.so"))
-    print(f"installed torch_kaitian to {site}" + (f" (library: {lib})" if lib else
+    if manifest:
+        made = []
+        for root, _, files in os.walk(target):
+            made += [os.path.join(root, f)[len(destdir):] for f in files]
+        with open(manifest, "a+") as f:
+            f.seek(0)
+            ends_open = (f.read()[-1:] or "\n") != "\n"  # CMake ends its last line without one
+            f.write(("\n" if ends_open else "") + "".join(p + "\n" for p in sorted(made)))
+    print(f"installed torch_kaitian to {site_path}" + (f" (library: {lib})" if lib else
           " (no installed libkaitian found: the package will ask the system loader)"))
     if not on_path:
-        print(f"note: {site} is not on this Python's path: add it to PYTHONPATH")
+        print(f"note: {sys.executable} does not look in {site_path}: "
+              f"export PYTHONPATH={site_path}{os.pathsep}$PYTHONPATH")
     return 0
+
+
+def uninstall(manifest):
+    if not manifest or not os.path.exists(manifest):
+        sys.exit(f"install.py --uninstall: no manifest {manifest}: nothing is known to be installed "
+                 "(make install writes it in the build directory)")
+    destdir = os.environ.get("DESTDIR", "")
+    with open(manifest) as f:
+        paths = [destdir + line.strip() for line in f if line.strip()]
+    # KaiTian's own directories: the package's, and CMake's package files'.
+    roots = {os.path.dirname(p) for p in paths
+             if p.endswith(os.path.join(PACKAGE, "__init__.py")) or p.endswith("kaitianConfig.cmake")}
+    removed, dirs = 0, set()
+    for p in paths:
+        if os.path.lexists(p):
+            os.unlink(p)
+            removed += 1
+        for r in roots:
+            d = os.path.dirname(p)
+            while d == r or d.startswith(r + os.sep):
+                dirs.add(d)
+                d = os.path.dirname(d)
+    for d in sorted(dirs, key=len, reverse=True):  # deepest first
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass  # not empty (a file that is not ours) or already gone
+    print(f"removed {removed} of the {len(paths)} files in {manifest}")
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prefix")
+    ap.add_argument("--manifest", help="CMake's install_manifest.txt: finds the installed library; "
+                    "the files made here are appended to it")
+    ap.add_argument("--uninstall", action="store_true", help="remove every file the manifest lists")
+    args = ap.parse_args()
+    if args.uninstall:
+        return uninstall(args.manifest)
+    if not args.prefix:
+        ap.error("--prefix is required to install")
+    return install(os.path.abspath(args.prefix), args.manifest)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,15 @@ TXT
 cat <<'TXT'
 
 How to read the tables
-  size     bytes per rank (for allgather / reduce_scatter / alltoall / gather /
-           scatter: the whole buffer of size x ranks elements)
-  count    elements;  type, redop, root: the data type, reduction and root
+  size     bytes of the operation. allreduce, broadcast, reduce, sendrecv: one
+           rank's buffer. allgather, reduce_scatter, alltoall, gather, scatter:
+           the whole buffer of every rank's block (allgather's output, gather's
+           at the root), so one rank's block is size / 4 here
+  count    elements of one rank's buffer or block: size / 4 bytes (float32),
+           and / 4 ranks again for the second kind (allgather 2097152 B: 131072);
+           a size whose block rounds to 0 elements is skipped (8 B for those)
+  type, redop, root  the data type, the reduction ("none": nothing is reduced)
+           and the root (-1: the collective has none)
   time     microseconds per operation: average over the iterations, slowest rank
   algbw    size / time, in GB/s
   busbw    algbw times the collective's bus factor (allreduce 2(n-1)/n, ...):

@@ -144,3 +144,21 @@ err=$("$1" bench --inject-error 2>&1)
 [ $? -eq 2 ] || { echo "TEST FAILED: --inject-error without -c accepted"; exit 1; }
 exit 0
 ]=])
+
+# The preamble names the sizes the tables hold (issue 41: `-b 8 -e 4M -f 4`
+# said "8 .. 4194304" where the last row is 2097152), and the size and count
+# columns of a collective whose size is the whole buffer are what
+# tools/demo.sh explains: 4 ranks of allgather, float32, 8 B skipped (a block
+# of 0 elements), 32 B = 2 elements per block, 2097152 B = 131072.
+kt_bench_test(bench.sizes.np4 120 4 [=[
+fail() { printf '%s\n' "$out"; echo "TEST FAILED: $*"; exit 1; }
+out=$("$1" run --no-prefix -n 4 "$1" bench -C allgather -b 8 -e 4M -f 4 -n 2 -w 1 2>&1) || fail "exit status $?"
+printf '%s\n' "$out" | grep -q '^# sizes 8 \.\. 2097152 bytes, factor 4 (the next step would pass -e 4194304); ' \
+  || fail "the preamble does not name 2097152 as the largest size"
+rows=$(printf '%s\n' "$out" | grep -v '^#' | awk '{print $1 ":" $2}' | tr '\n' ' ')
+[ "$rows" = "32:2 128:8 512:32 2048:128 8192:512 32768:2048 131072:8192 524288:32768 2097152:131072 " ] \
+  || fail "allgather rows (size:count) are '$rows'"
+out=$("$1" run --no-prefix -n 4 "$1" bench -C barrier -b 8 -e 8K -f 4 2>&1) || fail "exit status $?"
+printf '%s\n' "$out" | grep -q '^# sizes 8 \.\. 8192 bytes, factor 4; ' || fail "preamble with -e on a step"
+exit 0
+]=])

@@ -9,13 +9,24 @@
 if(KT_SANITIZE_ADDRESS OR KT_SANITIZE_THREAD)
   return()
 endif()
-if(DEFINED ENV{PYTHON} AND NOT "$ENV{PYTHON}" STREQUAL "")
+# Included twice: tests python_<name> under Debian's torch 1.13 ($PYTHON, else
+# /usr/bin/python3), and again as python2_<name> under torch 2.x from PyPI, where
+# python_torch2.cmake sets KT_TORCH2_PYTHON to its venv's interpreter.
+if(KT_TORCH2_PYTHON)
+  set(KT_PY_PREFIX python2)
+  set(KT_PYTHON ${KT_TORCH2_PYTHON})
+elseif(DEFINED ENV{PYTHON} AND NOT "$ENV{PYTHON}" STREQUAL "")
+  set(KT_PY_PREFIX python)
   set(KT_PYTHON "$ENV{PYTHON}")
 else()
+  set(KT_PY_PREFIX python)
   set(KT_PYTHON /usr/bin/python3)
 endif()
-execute_process(COMMAND ${KT_PYTHON} -c "import torch.distributed, numpy"
-                RESULT_VARIABLE kt_py_rc OUTPUT_QUIET ERROR_QUIET)
+set(kt_py_rc 0)  # the torch-2 venv is made by the test python2_venv, after configuring
+if(NOT KT_TORCH2_PYTHON)
+  execute_process(COMMAND ${KT_PYTHON} -c "import torch.distributed, numpy"
+                  RESULT_VARIABLE kt_py_rc OUTPUT_QUIET ERROR_QUIET)
+endif()
 if(NOT kt_py_rc EQUAL 0)
   # Not a silent skip: make test installs python3-torch, so a torch that cannot
   # be imported is a broken machine, and one failing test says so in the summary.
@@ -36,8 +47,8 @@ set(KT_PY_ENV KAITIAN_LIBRARY=$<TARGET_FILE:kaitian> PYTHON=${KT_PYTHON} KAITIAN
 
 # kt_py_test(name timeout_s command...)
 function(kt_py_test name timeout)
-  add_test(NAME python_${name} COMMAND ${CMAKE_COMMAND} -E env ${KT_PY_ENV} ${ARGN})
-  set_tests_properties(python_${name} PROPERTIES TIMEOUT ${timeout} LABELS "python;no_sanitizer")
+  add_test(NAME ${KT_PY_PREFIX}_${name} COMMAND ${CMAKE_COMMAND} -E env ${KT_PY_ENV} ${ARGN})
+  set_tests_properties(${KT_PY_PREFIX}_${name} PROPERTIES TIMEOUT ${timeout} LABELS "python;no_sanitizer")
 endfunction()
 
 kt_py_test(import 60 ${KT_PYTHON} ${KT_PY_DIR}/test_import.py)
@@ -76,8 +87,9 @@ kt_py_test(hetero_rebalance 200 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_hetero.py r
 kt_py_test(hetero_overhead 120 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_hetero.py overhead)
 kt_py_test(hetero_leftout_fails 200 ${KT_PYTHON} ${KT_PY_DIR}/test_hetero.py drive_leftout_fails
            ${KT_CLI})
-set_tests_properties(python_hetero_slow python_hetero_curves python_hetero_leaveout
-                     python_hetero_rebalance PROPERTIES SKIP_RETURN_CODE 77)
+set_tests_properties(${KT_PY_PREFIX}_hetero_slow ${KT_PY_PREFIX}_hetero_curves
+                     ${KT_PY_PREFIX}_hetero_leaveout ${KT_PY_PREFIX}_hetero_rebalance
+                     PROPERTIES SKIP_RETURN_CODE 77)
 kt_py_test(bench_hetero_smoke 300 ${KT_PYTHON} ${KT_PY_DIR}/test_bench_hetero.py ${KT_CLI} ${KT_PYTHON})
 kt_py_test(train_zero 500 ${KT_PYTHON} ${KT_PY_DIR}/test_train_zero.py ${KT_CLI})
 kt_py_test(train_gpt 500 ${KT_PYTHON} ${KT_PY_DIR}/test_train_gpt.py ${KT_CLI})
@@ -108,27 +120,32 @@ kt_py_test(conformance_smoke 600 ${KT_PYTHON} ${KT_PY_DIR}/conformance.py --worl
            -k test_all_reduce_sum -k test_broadcast_full -k test_DistributedDataParallelCPU
            -k test_send_recv_any_source -k test_sparse_all_reduce_sum)
 kt_py_test(bench_smoke 300 ${KT_PYTHON} -m torch_kaitian.bench --max-bytes 65536 --reps 1 --scale 0.05 --steps 2)
-kt_py_test(install 300 ${KT_PYTHON} ${KT_PY_DIR}/test_install.py ${PROJECT_BINARY_DIR})
+# pip (wheel, venv, --target) and make install from a fresh copy of the tree,
+# with the README's C example; torchrun (skips on Debian's 1.13, whose torchrun
+# is broken on Python 3.11).
+kt_py_test(install 900 ${KT_PYTHON} ${KT_PY_DIR}/test_install.py)
+kt_py_test(torchrun 300 ${KT_PYTHON} ${KT_PY_DIR}/test_torchrun.py)
+set_tests_properties(${KT_PY_PREFIX}_torchrun PROPERTIES SKIP_RETURN_CODE 77)
 
 # The same sources for a torch script: torch_kaitian.init_process_group() and
 # a plain dist.init_process_group("kaitian") under Slurm's and Open MPI's
 # variables (the launcher cases run again, quickly, with the Python ones).
-add_test(NAME python_env_sources COMMAND ${CMAKE_COMMAND} -E env ${KT_PY_ENV}
+add_test(NAME ${KT_PY_PREFIX}_env_sources COMMAND ${CMAKE_COMMAND} -E env ${KT_PY_ENV}
          sh ${KT_TEST_DIR}/launcher/env_sources.sh ${KT_CLI} $<TARGET_FILE:launch_env_test>
          ${KT_PY_DIR}/test_launch_env.py)
-set_tests_properties(python_env_sources PROPERTIES TIMEOUT 240 LABELS "python;no_sanitizer")
+set_tests_properties(${KT_PY_PREFIX}_env_sources PROPERTIES TIMEOUT 240 LABELS "python;no_sanitizer")
 
 # Real Slurm and mpirun, C and Python cases (tests/launcher/slurm.sh; skips
 # where the packages are missing).
-add_test(NAME python_slurm COMMAND ${CMAKE_COMMAND} -E env ${KT_PY_ENV} KT_SLURM_NODES=2
+add_test(NAME ${KT_PY_PREFIX}_slurm COMMAND ${CMAKE_COMMAND} -E env ${KT_PY_ENV} KT_SLURM_NODES=2
          sh ${KT_TEST_DIR}/launcher/slurm.sh ${KT_CLI} $<TARGET_FILE:launch_env_test>
          ${KT_PY_DIR}/test_launch_env.py)
-set_tests_properties(python_slurm PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
+set_tests_properties(${KT_PY_PREFIX}_slurm PROPERTIES TIMEOUT 400 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
                      LABELS "python;no_sanitizer;slurm")
 
 # A torch job with several communicators in a small /dev/shm: one shrink
 # warning for the job (tests/launcher/shm_groups.sh; needs root for the
 # mount namespace, else skipped).
-add_test(NAME python_shm_groups COMMAND ${CMAKE_COMMAND} -E env ${KT_PY_ENV}
+add_test(NAME ${KT_PY_PREFIX}_shm_groups COMMAND ${CMAKE_COMMAND} -E env ${KT_PY_ENV}
          sh ${KT_TEST_DIR}/launcher/shm_groups.sh ${KT_CLI})
-set_tests_properties(python_shm_groups PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS "python;no_sanitizer")
+set_tests_properties(${KT_PY_PREFIX}_shm_groups PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS "python;no_sanitizer")

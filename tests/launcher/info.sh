@@ -23,6 +23,42 @@ for name in $(sed -n 's/^KT_PARAM(\([A-Z0-9_]*\),.*/\1/p' "$DEF"); do
   grep -q "^  KAITIAN_$name " "$TMP/a.out" || fail "KAITIAN_$name missing from kaitian info"
 done
 
+# The key file in force and what is there, never its contents (issue 41: it
+# said "(set, not shown)" when neither the variable nor the file existed).
+mkdir -p "$TMP/home"
+HOME="$TMP/home" "$KT" info >"$TMP/s.out" 2>&1
+expect_grep "^  KAITIAN_SECRET_FILE +~/\.kaitian/secret = $TMP/home/\.kaitian/secret: absent" "$TMP/s.out" \
+  "default key file, absent"
+mkdir -p "$TMP/home/.kaitian" && echo do-not-print-this-key >"$TMP/home/.kaitian/secret" && chmod 600 "$TMP/home/.kaitian/secret"
+HOME="$TMP/home" "$KT" info >"$TMP/s.out" 2>&1
+expect_grep "^  KAITIAN_SECRET_FILE +~/\.kaitian/secret = $TMP/home/\.kaitian/secret: present, mode 600" "$TMP/s.out" \
+  "default key file, present"
+chmod 644 "$TMP/home/.kaitian/secret"
+KAITIAN_SECRET_FILE="$TMP/home/.kaitian/secret" "$KT" info >"$TMP/s.out" 2>&1
+expect_grep "^  KAITIAN_SECRET_FILE +$TMP/home/\.kaitian/secret: present but readable by others \(mode 644\): chmod 600 it" \
+  "$TMP/s.out" "key file readable by others"
+KAITIAN_SECRET_FILE="$TMP/none" "$KT" info >"$TMP/s.out" 2>&1
+expect_grep "^  KAITIAN_SECRET_FILE +$TMP/none: cannot be read: No such file" "$TMP/s.out" "missing key file named"
+grep -q 'do-not-print-this-key' "$TMP"/*.out && fail "kaitian info printed the key file's contents"
+
+# The Python side: the interpreter kaitian run would use, its torch, the
+# torch_kaitian it imports and the library that loads.
+PYTHON="$TMP/no-python" "$KT" info >"$TMP/p.out" 2>&1
+expect_grep "^python: +$TMP/no-python \(\\\$PYTHON\): cannot execute" "$TMP/p.out" "missing \$PYTHON named"
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  REPO=$(cd "$(dirname "$DEF")/../.." && pwd)
+  env -u PYTHON PYTHONPATH="$REPO/python" "$KT" info >"$TMP/p.out" 2>&1
+  expect_grep '^python: +/usr/bin/python3 \([0-9.]+; \$PYTHON unset' "$TMP/p.out" "default python"
+  expect_grep '^torch: +[0-9]+\.[0-9]+.* in /' "$TMP/p.out" "torch version and place"
+  if grep -q '^package: +torch_kaitian not importable' "$TMP/p.out"; then
+    # Only where the tree has no loadable library (a lone sanitizer build).
+    expect_grep '^package: .*cannot load libkaitian' "$TMP/p.out" "why the package cannot be imported"
+  else
+    expect_grep "^package: +torch_kaitian in $REPO/python/torch_kaitian\$" "$TMP/p.out" "package place"
+    expect_grep "^library: +/.*libkaitian\.so.* \($ver\.[0-9]+\.[0-9]+\)\$" "$TMP/p.out" "library path and versionX"
+  fi
+fi
+
 "$KT" --version >"$TMP/v.out"
 expect_rc 0 $? "kaitian --version"
 [ "$(cat "$TMP/v.out")" = "$(head -n 1 "$TMP/a.out")" ] || fail "--version differs from info: $(cat "$TMP/v.out")"

@@ -573,6 +573,18 @@ static int bench_coll(bench *b, int c) {
 
 /* ---- driver ---------------------------------------------------------------- */
 
+/* The largest size the steps from -b by -f reach without passing -e (what
+ * the last row of a table is, when that size does not round to zero). */
+static uint64_t largest_size(const options *o) {
+  uint64_t size = o->minbytes, last = size;
+  while (size <= o->maxbytes) {
+    last = size;
+    if (size > UINT64_MAX / o->factor) break;
+    size = size ? size * o->factor : 1;
+  }
+  return last;
+}
+
 static void print_preamble(const bench *b) {
   if (b->rank != 0) return;
   const options *o = &b->o;
@@ -580,9 +592,11 @@ static void print_preamble(const bench *b) {
   printf("# ranks %d  datatype %s  op %s  root %d  in-place %s  registered %s  check %d  warm-up %d  "
          "iters %d\n", b->nranks, kt__bench_dtype_name(o->dtype), kt__bench_op_name(o->op), o->root,
          o->inplace ? "yes" : "no", o->registered ? "yes" : "no", o->check, o->warmup, o->iters);
-  printf("# sizes %llu .. %llu bytes, factor %llu; time = average over the iterations of the "
-         "slowest rank\n", (unsigned long long)o->minbytes, (unsigned long long)o->maxbytes,
-         (unsigned long long)o->factor);
+  uint64_t last = largest_size(o);
+  printf("# sizes %llu .. %llu bytes, factor %llu", (unsigned long long)o->minbytes,
+         (unsigned long long)last, (unsigned long long)o->factor);
+  if (last != o->maxbytes) printf(" (the next step would pass -e %llu)", (unsigned long long)o->maxbytes);
+  printf("; time = average over the iterations of the slowest rank\n");
   if (o->iters_bytes || o->warmup_bytes)
     printf("# more iterations at small sizes: at least %llu bytes timed and %llu warmed up per size\n",
            (unsigned long long)o->iters_bytes, (unsigned long long)o->warmup_bytes);
