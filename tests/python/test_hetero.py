@@ -633,7 +633,7 @@ def test_rebalance():
     of one process trained on the same global batches (float64)."""
     rank, p = dist.get_rank(), dist.get_world_size()
     cpus = bound_apart()
-    B, N, STEPS, SLOW_AT, WINDOW = 96, 96 * 8, 60, 20, 5
+    B, N, STEPS, SLOW_AT, WINDOW = 96, 96 * 8, 60, 20, 6
     even = tk.planner.StepCurve(0.0, 1e-4)
     pl = tk.plan(None, None, B, curves=[even, even], exchange={(0, 1): 0.0}, window=WINDOW,
                  verbose=rank == 0)
@@ -642,7 +642,7 @@ def test_rebalance():
     ds = TensorDataset(torch.randn(N, 64, generator=g, dtype=torch.float64),
                        torch.randint(0, 10, (N,), generator=g))
     sampler = tk.HeteroSampler(ds, B, seed=3, plan=pl)
-    net = mlp(384, torch.float64)
+    net = mlp(768, torch.float64)  # steps of ~10 ms and more: a window spans many CPU slices
     model = tk.HeteroDDP(net, plan=pl)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     busy, step, sizes = [], 0, []
@@ -666,7 +666,7 @@ def test_rebalance():
         stop(busy)
     # One process on the same global batches: step s of an epoch is the same B indices
     # whatever the shares.
-    ref = mlp(384, torch.float64)
+    ref = mlp(768, torch.float64)
     ropt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
     s = 0
     for epoch in range(STEPS * B // N + 1):
@@ -689,7 +689,8 @@ def test_rebalance():
     check(after and after[0][1][1] < after[0][1][0] and after[0][0] <= SLOW_AT + 4 * WINDOW,
           f"no smaller share for the slowed rank within {4 * WINDOW} steps of step {SLOW_AT}: "
           f"history {pl.history}")
-    check(allsizes[1][-1] < B // 2 * 0.8, f"rank 1 ends with {allsizes[1][-1]} of {B}")
+    tail = sorted(allsizes[1][-20:])[10]  # the median share over the last 20 steps
+    check(tail < B // 2 * 0.8, f"rank 1's median share over the last 20 steps is {tail} of {B}")
     check(d <= 1e-10, f"rebalanced job vs one process: {d:.2e} > 1e-10")
     if rank == 0:
         print(f"PASS rebalance (first change for step {after[0][0]}: {after[0][1]}; {d:.1e} from "
@@ -833,9 +834,20 @@ def main():
             {"slow": test_slow, "curves": test_curves, "leaveout": test_leaveout,
              "rebalance": test_rebalance, "overhead": test_overhead,
              "leftout_fails": test_leftout_fails}[a.what]()
+        # Every rank done before any tears its group down: torch 2.15's gloo
+        # aborted a rank at exit now and then ("terminate called without an
+        # active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+    if "gloo" in sys.argv:
+        # torch 2.15's gloo aborts a rank now and then at interpreter exit, after
+        # the group is destroyed ("terminate called without an active exception"):
+        # the test is over, leave without the teardown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

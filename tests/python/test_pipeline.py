@@ -12,6 +12,7 @@ are refused, and the next step works.
 --backend gloo runs the same over gloo."""
 import argparse
 import copy
+import os
 import sys
 
 import torch
@@ -269,3 +270,10 @@ def main():
 
 if __name__ == "__main__":
     main()
+    if "gloo" in sys.argv:
+        # torch 2.15's gloo aborts a rank now and then at interpreter exit, after
+        # the group is destroyed ("terminate called without an active exception"):
+        # the test is over, leave without the teardown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

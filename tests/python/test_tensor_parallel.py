@@ -14,6 +14,7 @@ numbers; the collectives of every forward and backward are counted (the MLP:
 one all-reduce each way, nothing else). Bad sizes and inputs are clear
 errors. --backend gloo runs the same over gloo."""
 import argparse
+import os
 import sys
 
 import torch
@@ -407,3 +408,10 @@ def main():
 
 if __name__ == "__main__":
     main()
+    if "gloo" in sys.argv:
+        # torch 2.15's gloo aborts a rank now and then at interpreter exit, after
+        # the group is destroyed ("terminate called without an active exception"):
+        # the test is over, leave without the teardown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

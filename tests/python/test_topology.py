@@ -6,6 +6,7 @@ sums exactly its members, rank/size/coords agree, describe() lists every rank;
 bad axes are clear errors. --backend gloo runs the same over gloo."""
 import argparse
 import itertools
+import os
 import sys
 
 import torch
@@ -129,3 +130,10 @@ def main():
 
 if __name__ == "__main__":
     main()
+    if "gloo" in sys.argv:
+        # torch 2.15's gloo aborts a rank now and then at interpreter exit, after
+        # the group is destroyed ("terminate called without an active exception"):
+        # the test is over, leave without the teardown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
