@@ -28,7 +28,7 @@ from torch.utils.data._utils.collate import default_collate
 
 from . import _device
 from ._device import _collective_device as _coll_device
-from .planner import StepCurve, decide, equalize, predict, speed_order
+from .planner import StepCurve, decide, equalize, predict, scale, speed_order
 
 __all__ = ["measure_capability", "capabilities", "plan", "HeteroPlan", "HeteroSampler",
            "HeteroDDP", "weighted_mean", "shares"]
@@ -545,8 +545,7 @@ class HeteroPlan:
             return False
         if max(seen) <= min(seen) * (1 + self.drift):
             return False
-        self.curves = [c if ratios[r] is None else StepCurve(c.a * ratios[r], c.c * ratios[r])
-                       for r, c in enumerate(self.curves)]
+        self.curves = scale(self.curves, ratios)
         d = decide(self.curves, self.total, self.exchange or None, allowed=self.active)
         # A change must be worth it on the curves just corrected: at least half
         # the drift, so that a share of a few samples does not swing back and forth.

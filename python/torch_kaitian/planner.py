@@ -21,7 +21,7 @@ faster than the best smaller one.
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["StepCurve", "Decision", "decide", "equalize", "speed_order", "predict", "rescale"]
+__all__ = ["StepCurve", "Decision", "decide", "equalize", "speed_order", "predict", "scale", "rescale"]
 
 
 @dataclass(frozen=True)
@@ -230,16 +230,14 @@ def predict(curves, shares, exchange=0.0):
     return max(curves[r].time(shares[r]) for r in used) + (exchange if len(used) > 1 else 0.0)
 
 
+def scale(curves, factors):
+    """Rank r's curve with a and c multiplied by factors[r] (None: unchanged)."""
+    return [c if f is None else StepCurve(c.a * f, c.c * f) for c, f in zip(curves, factors)]
+
+
 def rescale(curves, batches, busy):
-    """Curves moved through what was observed: rank r's curve scaled (a and c
-    alike) by busy[r] / t_r(batches[r]), its observed step time over the
-    predicted one. Ranks without an observation (busy None, or a batch of 0)
-    keep theirs."""
-    out = []
-    for c, b, t in zip(curves, batches, busy):
-        if t is None or not b or not math.isfinite(t) or t <= 0:
-            out.append(c)
-            continue
-        f = t / c.time(b)
-        out.append(StepCurve(c.a * f, c.c * f))
-    return out
+    """Curves moved through what was observed: rank r's curve scaled by
+    busy[r] / t_r(batches[r]), its observed step time over the predicted one.
+    Ranks without an observation (busy None, or a batch of 0) keep theirs."""
+    return scale(curves, [None if t is None or not b or not math.isfinite(t) or t <= 0
+                          else t / c.time(b) for c, b, t in zip(curves, batches, busy)])

@@ -50,6 +50,16 @@ PLANTS = {
 }
 
 
+def planted_copy(tmp, name):
+    """A copy of the Python package under tmp with the plant `name` applied:
+    the copy's root (its python/ goes on PYTHONPATH)."""
+    tree = os.path.join(tmp, name)
+    shutil.copytree(os.path.join(ROOT, "python"), os.path.join(tree, "python"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    plant(tree, name)
+    return tree
+
+
 def plant(tree, name):
     rel, old, new, _, _ = PLANTS[name]
     path = os.path.join(tree, "python", rel)
@@ -71,10 +81,7 @@ def main():
     if args and args[0] == "--check":  # make test: every plant still applies (no test is run)
         with tempfile.TemporaryDirectory(prefix="kt_mutation.") as tmp:
             for name in PLANTS:
-                tree = os.path.join(tmp, name)
-                shutil.copytree(os.path.join(ROOT, "python"), os.path.join(tree, "python"),
-                                ignore=shutil.ignore_patterns("__pycache__"))
-                plant(tree, name)
+                planted_copy(tmp, name)
         print(f"PASS mutation plants: all {len(PLANTS)} apply (make mutation runs them)")
         return 0
     if not args:
@@ -89,10 +96,7 @@ def main():
     missed = []
     with tempfile.TemporaryDirectory(prefix="kt_mutation.") as tmp:
         for name in names:
-            tree = os.path.join(tmp, name)
-            shutil.copytree(os.path.join(ROOT, "python"), os.path.join(tree, "python"),
-                            ignore=shutil.ignore_patterns("__pycache__"))
-            plant(tree, name)
+            tree = planted_copy(tmp, name)
             test, ranks = PLANTS[name][3], PLANTS[name][4]
             script = os.path.join(ROOT, "tests", "python", test[0])
             cmd = ([cli, "run", "-n", str(ranks), script] if ranks else [python, script]) + test[1:]
