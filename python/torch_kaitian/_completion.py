@@ -82,12 +82,13 @@ class InFlight:
 class Pending:
     """An op in flight: its request, the future to complete, what to keep alive."""
 
-    __slots__ = ("req", "fut", "finish", "result", "keep", "what", "source", "counter", "exc")
+    __slots__ = ("req", "more", "fut", "finish", "result", "keep", "what", "source", "counter", "exc")
 
     def __init__(self, req, fut, finish, result, keep, what):
         self.req, self.fut, self.finish, self.result = req, fut, finish, result
         self.keep, self.what = keep, what
         self.source = -1
+        self.more = None  # requests issued before req on its communicator (one op in pieces)
         self.counter = None  # the group's InFlight
         self.exc = None  # the op's error, once it failed
 
@@ -156,7 +157,14 @@ class Completer:
 
     @staticmethod
     def _complete(op):
-        rc = _lib.lib.kt_wait(op.req)
+        rc = _lib.SUCCESS
+        if op.more:  # one op in pieces, done before req (a communicator runs its ops in order)
+            for r in op.more:
+                rc_more = _lib.lib.kt_wait(r)
+                rc = rc_more if rc == _lib.SUCCESS else rc
+            op.more = None
+        rc_last = _lib.lib.kt_wait(op.req)
+        rc = rc_last if rc == _lib.SUCCESS else rc
         op.req = None
         exc = None
         value = None

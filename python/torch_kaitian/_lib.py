@@ -167,6 +167,8 @@ for _name, _args in _COLL.items():
     _decl("kt_i" + _name, c_int, *(_args + (_R,)))
 _decl("kt_mem_register", c_int, c_void_p, c_size_t, c_int, c_uint64)
 _decl("kt_mem_deregister", c_int, c_void_p)
+_decl("kt_mem_alloc", c_int, c_size_t, P(c_void_p))
+_decl("kt_mem_free", c_int, c_void_p)
 _decl("kt_sendrecv", c_int, c_void_p, c_size_t, c_int, c_void_p, c_size_t, c_int, c_int, c_int, c_void_p)
 
 

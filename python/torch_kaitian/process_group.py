@@ -26,6 +26,7 @@ import torch
 import torch.distributed.distributed_c10d as c10d_py
 
 from . import _completion as C
+from . import _devpath
 from . import _lib
 from . import _tensors as T
 from ._shared import Sharer
@@ -206,12 +207,14 @@ def _ms(timeout):
 _warned_timeout = False
 
 
-def _release_comms(comms, outstanding, pid=None):
+def _release_comms(comms, outstanding, pid=None, devpath=None):
     """Free a group's communicators (finalizer: the group died or the process exits).
     Never in a forked child that exits normally: the sockets and shared memory
     it inherited are still its parent's."""
     if pid is not None and pid != os.getpid():
         return
+    if devpath is not None and outstanding.n == 0:
+        devpath.close()
     for comm in comms:
         if comm:
             if outstanding.n > 0:  # some op can never finish now: unblock it
@@ -291,11 +294,21 @@ class ProcessGroupKaitian(_Base):
         bridge = StoreBridge(store)
         comms = []
         parts = ("coll", "p2p-up", "p2p-down") if size > 1 else ("coll",)
+        self._types = [_devpath.local_type()] * size
+        self._dev = None
         try:
             for part in parts:
                 comms.append(self._init_comm(bridge, f"{self._prefix}/{part}"))
             if size > 1:
-                self._forget_addresses(comms[0], parts)
+                self._types = self._exchange_types(comms[0])
+                self._forget_addresses(parts)
+                if any(t != "cpu" for t in self._types):
+                    # Some rank computes on a device: large ops in pieces on a
+                    # communicator of their own (_devpath.py).
+                    comms.append(self._init_comm(bridge, f"{self._prefix}/dev"))
+                    self._barrier(comms[-1], "the device communicator")
+                    self._forget_addresses(["dev"], generation=False)
+                    self._dev = _devpath.DevicePath(self, comms[-1])
             else:
                 self._forget_keys(["kaitian/generation"])  # one rank: nothing published
         except BaseException:
@@ -308,20 +321,40 @@ class ProcessGroupKaitian(_Base):
         self._p2p_down = comms[2] if size > 1 else None  # higher rank -> lower rank
         self._comms = comms
         self._completer = C.completer()
-        self._finalizer = weakref.finalize(self, _release_comms, comms, self._outstanding, os.getpid())
+        self._finalizer = weakref.finalize(self, _release_comms, comms, self._outstanding, os.getpid(),
+                                           self._dev)
 
-    def _forget_addresses(self, comm, parts):
-        """Delete the keys this rank published to set its communicators up
-        (each rank its address under <prefix>/<part>/tcp/<rank>; rank 0 also
-        <prefix>/<part>/link and linkreq, where they span hosts), once every
-        rank has read them: past a barrier on the first, every rank has set up
-        all of them. Else every group made and destroyed would leave its keys
-        in the store (torch's TCPStore lives in rank 0's process) for good."""
+    _TYPE_BYTES = 32
+
+    def _exchange_types(self, comm):
+        """Every rank's device type (_devpath.local_type), gathered on comm.
+        Past it every rank has set up all of this group's first communicators."""
+        n = self._TYPE_BYTES
+        mine = _devpath.local_type().encode()[:n].ljust(n, b"\0")
+        send = ctypes.create_string_buffer(mine, n)
+        recv = ctypes.create_string_buffer(n * self._size)
+        rc = _lib_.kt_allgather(send, recv, n, _lib.UINT8, comm)
+        if rc != _lib.SUCCESS:
+            raise C.KaitianError(rc, f"kaitian backend: rank {self._rank} of {self._size}: exchanging the "
+                                     f"ranks' device types after setting up the communicators failed: "
+                                     f"{_lib.strerror(rc)}: {_lib.last_error()}")
+        raw = recv.raw
+        return [raw[i * n:(i + 1) * n].rstrip(b"\0").decode(errors="replace") or "cpu"
+                for i in range(self._size)]
+
+    def _barrier(self, comm, what):
         rc = _lib_.kt_barrier(comm)
         if rc != _lib.SUCCESS:
             raise C.KaitianError(rc, f"kaitian backend: rank {self._rank} of {self._size}: the barrier after "
-                                     f"setting up the communicators failed: {_lib.strerror(rc)}: "
-                                     f"{_lib.last_error()}")
+                                     f"setting up {what} failed: {_lib.strerror(rc)}: {_lib.last_error()}")
+
+    def _forget_addresses(self, parts, generation=True):
+        """Delete the keys this rank published to set its communicators up
+        (each rank its address under <prefix>/<part>/tcp/<rank>; rank 0 also
+        <prefix>/<part>/link and linkreq, where they span hosts), once every
+        rank has read them (the caller has passed a collective on them). Else
+        every group made and destroyed would leave its keys in the store
+        (torch's TCPStore lives in rank 0's process) for good."""
         keys = [f"{self._prefix}/{part}/tcp/{self._rank}" for part in parts]
         if self._rank == 0:
             # A communicator that spans hosts also left rank 0's link speed
@@ -329,9 +362,10 @@ class ProcessGroupKaitian(_Base):
             # must not read the old one.
             keys += [f"{self._prefix}/{part}/{k}" for part in parts for k in ("link", "linkreq")]
             # Every rank has counted itself in the generation (before the
-            # barrier), and this creation left no address behind: one made
+            # collective), and this creation left no address behind: one made
             # again over this store may start from generation 0.
-            keys.append("kaitian/generation")
+            if generation:
+                keys.append("kaitian/generation")
         self._forget_keys(keys)
 
     def _forget_keys(self, keys):
@@ -443,6 +477,10 @@ class ProcessGroupKaitian(_Base):
         # From C++ (DDP's reducer): a bucket may move into shared memory
         # (_shared.py), before its address is taken.
         shared = self._sharer.prepare(t) if mode == OTHER else None
+        if self._dev is not None:
+            return self._dev.allreduce(
+                t, tensors, op, self._desc(f"allreduce of {t.numel()} {t.dtype} ({opname})"), mode,
+                None if shared is None else (lambda: self._sharer.done(shared)))
         b = T.stage(t, op=op)
         finish = b.writeback if b._back else None
         if shared is not None:
@@ -533,6 +571,9 @@ class ProcessGroupKaitian(_Base):
         root = _opt(opts, "rootRank", 0)
         self._check_root(root, "broadcast")
         is_root = root == self._rank
+        if self._dev is not None:
+            return self._dev.broadcast(t, tensors, root,
+                                       self._desc(f"broadcast of {t.numel()} {t.dtype} from root {root}"), mode)
         b = T.stage(t, read=is_root, write=not is_root)
         return self._submit(
             self._comm, "broadcast", (b.ptr, b.ptr, b.count, b.dt, root),
@@ -546,6 +587,9 @@ class ProcessGroupKaitian(_Base):
         root = _opt(opts, "rootRank", 0)
         self._check_root(root, "reduce")
         is_root = root == self._rank
+        if self._dev is not None:
+            return self._dev.reduce(t, tensors, op, root, self._desc(
+                f"reduce of {t.numel()} {t.dtype} ({opname}) to root {root}"), mode)
         b = T.stage(t, op=op, read=True, write=is_root)
         return self._submit(
             self._comm, "reduce", (b.ptr, b.ptr if is_root else None, b.count, b.dt, op, root),
@@ -586,6 +630,9 @@ class ProcessGroupKaitian(_Base):
         if output.dtype != input.dtype:
             raise ValueError(f"kaitian backend: all_gather_into_tensor: output dtype {output.dtype} "
                              f"differs from input dtype {input.dtype}")
+        if self._dev is not None:
+            return self._dev.allgather(output, input, [output], self._desc(
+                f"all_gather_into_tensor of {input.numel()} {input.dtype}"), mode)
         bo = T.stage(output, read=False, write=True)
         bi = T.stage(input, read=True, write=False)
         return self._submit(
@@ -737,6 +784,9 @@ class ProcessGroupKaitian(_Base):
             raise ValueError(f"kaitian backend: reduce_scatter_tensor: output dtype {output.dtype} "
                              f"differs from input dtype {input.dtype}")
         op, opname = _reduce_op(opts)
+        if self._dev is not None:
+            return self._dev.reduce_scatter(output, input, [output], op, self._desc(
+                f"reduce_scatter_tensor of {output.numel()} {output.dtype} ({opname})"), mode)
         bi = T.stage(input, op=op, read=True, write=False)
         bo = T.stage(output, op=op, read=False, write=True)
         return self._submit(

@@ -1,0 +1,464 @@
+"""_devpath.py - a group's large collectives when some rank computes on a
+device: cut into pieces every rank cuts alike, device tensors staged through
+the host pool in a pipeline (_staging.py), asynchronous to the caller.
+
+Which ops: allreduce, broadcast, reduce, all_gather_into_tensor and
+reduce_scatter_tensor (what DDP, ZeRO and tensor parallelism issue). They run
+on a communicator of their own, created only in groups where some rank said
+at creation that it computes on a device, so a group of CPU ranks is as it was.
+In such a group every rank cuts these ops into the same pieces (one op of the
+core each): a CPU rank's pieces are views of its tensor (no copy), a device
+rank's are staged.
+
+Order: ops on this communicator must reach the core in the order they were
+issued. A device op's pieces run on the group's staging thread, one job after
+another; a blocking op runs on the caller's thread when that thread is idle
+(no thread hop for small messages), else it waits for its turn; a CPU tensor's
+pieces are issued non-blocking at once when the thread is idle, else queued
+behind it.
+
+Completion: a device op's work completes when its last copy up is queued; its
+torch Future records an event on the copy-up stream, so wait() orders the
+caller's current stream after it (as NCCL's work does) and the host waits for
+nothing.
+"""
+import collections
+import ctypes
+import os
+import threading
+
+import torch
+
+from . import _completion as C
+from . import _lib
+from . import _staging as S
+from . import _tensors as T
+
+_lib_ = _lib.lib
+_BLOCKING = {n: getattr(_lib_, "kt_" + n) for n in ("allreduce", "broadcast", "reduce", "allgather",
+                                                    "reduce_scatter")}
+_NONBLOCKING = {n: getattr(_lib_, "kt_i" + n) for n in _BLOCKING}
+_HOST = S.Host()
+TEST_TYPE_ENV = "KAITIAN_TEST_DEVICE_TYPE"
+
+
+class Stager:
+    """The group's staging thread: jobs one at a time, in issue order."""
+
+    def __init__(self):
+        self.cv = threading.Condition()
+        self.jobs = collections.deque()
+        self.inflight = 0  # queued or running, inline runs included
+        self.run_lock = threading.Lock()
+        self.thread = None
+        self.stopping = False
+        self.pid = os.getpid()
+
+    def try_inline(self):
+        """Reserve the right to run one job on the calling thread now (True), or
+        False when jobs are queued or running."""
+        with self.cv:
+            if self.inflight == 0 and self.run_lock.acquire(blocking=False):
+                self.inflight += 1
+                return True
+        return False
+
+    def end_inline(self):
+        self.run_lock.release()
+        with self.cv:
+            self.inflight -= 1
+            self.cv.notify_all()
+
+    def if_idle(self, issue):
+        """Call issue() under the lock when nothing is queued or running."""
+        with self.cv:
+            if self.inflight == 0 and not self.run_lock.locked():
+                issue()
+                return True
+        return False
+
+    def submit(self, job):
+        with self.cv:
+            self.inflight += 1
+            self.jobs.append(job)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="kaitian-staging", daemon=True)
+                self.thread.start()
+            self.cv.notify_all()
+
+    def _run(self):
+        while True:
+            with self.cv:
+                while not self.jobs and not self.stopping:
+                    self.cv.wait()
+                if not self.jobs:
+                    return
+                job = self.jobs.popleft()
+            try:
+                with self.run_lock:
+                    job()
+            finally:
+                with self.cv:
+                    self.inflight -= 1
+                    self.cv.notify_all()
+
+    def stop(self):
+        with self.cv:
+            self.stopping = True
+            self.cv.notify_all()
+        t = self.thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=5)
+
+
+def local_type():
+    """This rank's device type as it declares it to the group: the test type,
+    else KAITIAN_DEVICE's type, else cuda when torch sees a CUDA device, else cpu."""
+    t = os.environ.get(TEST_TYPE_ENV, "").strip()
+    if t:
+        if t == "cpu":
+            raise ValueError(f"{TEST_TYPE_ENV}=cpu: name a type other than cpu")
+        return t
+    from . import _device
+    try:
+        plan = _device._plan()
+    except (ValueError, RuntimeError):
+        plan = None
+    if plan is not None:
+        return plan[0]
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class _Failed:
+    __slots__ = ()
+
+
+class DevicePath:
+    """The split ops of one ProcessGroupKaitian (see the module's text)."""
+
+    def __init__(self, pg, comm):
+        self.pg = pg
+        self.comm = comm
+        self.piece_bytes = S.piece_bytes_env()
+        self.test_host = bool(os.environ.get(TEST_TYPE_ENV, "").strip())
+        self.copiers = {}
+        self.stager = Stager()
+
+    def close(self):
+        self.stager.stop()
+
+    # ---- how a tensor takes part ------------------------------------------------------
+    def _copies(self, t, work):
+        """None when t's own memory serves the core (CPU, contiguous, of the
+        work dtype), else the copier for its device."""
+        dev = t.device
+        if dev.type == "cpu":
+            if self.test_host or not t.is_contiguous() or t.dtype != work:
+                return _HOST
+            return None
+        c = self.copiers.get(dev)
+        if c is None:
+            c = S.Streams(dev) if S.Streams.supports(dev) else _HOST
+            self.copiers[dev] = c
+        return c
+
+    def _fail(self, what):
+        return lambda rc: C.make_error(rc, _lib.last_error(), what())
+
+    # ---- issuing ------------------------------------------------------------------
+    def _issue(self, mode, result, what, copies, build, keep, after=None):
+        """Run one op: build() -> (plan, tail, blocks), called with the copies
+        ordered after the caller (for conversions on the copy stream). copies
+        None: the plan's ops work in the caller's own memory."""
+        from .process_group import SYNC, PYTHON, Work, _DoneWork, _work_from_future
+        if copies is not None:
+            copies.begin(keep)
+            with copies.on_down():
+                plan, tail, blocks = build()
+            events = S.queue_down(copies, plan)
+        else:
+            plan, tail, blocks = build()
+            events = [None] * len(plan)
+        fail = self._fail(what)
+        pool = S.pool()
+
+        def execute():
+            fence = None
+            try:
+                if copies is None:
+                    for p in plan:
+                        rc = p.op()
+                        if rc != _lib.SUCCESS:
+                            raise fail(rc)
+                    if tail is not None:
+                        tail()
+                    return None
+                fence = S.finish(copies, plan, events, fail, tail)
+                return fence
+            finally:
+                if blocks:
+                    if fence is None and copies is not None:
+                        fence = copies.fence()
+                    for b in blocks:
+                        pool.put(b, fence)
+
+        if mode == SYNC:
+            if self.stager.try_inline():
+                try:
+                    fence = execute()
+                finally:
+                    self.stager.end_inline()
+            else:
+                box = {}
+                done = threading.Event()
+
+                def job():
+                    try:
+                        box["fence"] = execute()
+                    except BaseException as e:  # noqa: BLE001 - raised on the caller's thread
+                        box["exc"] = e
+                    finally:
+                        done.set()
+                self.stager.submit(job)
+                done.wait()
+                if "exc" in box:
+                    raise box["exc"]
+                fence = box.get("fence")
+            if copies is not None and fence is not None:
+                copies.order_caller(fence)
+            if after is not None:
+                after()
+            return _DoneWork(result)
+
+        fut, user = C.new_op_futures(result)
+        pending = C.Pending(None, fut, None, result, keep, what)
+        work = Work(user, pending) if mode == PYTHON else _work_from_future(user)
+        counter = self.pg._outstanding
+        counter.add(1)
+
+        if copies is None and self._issue_direct(plan, pending, after, counter):
+            return work
+
+        def job():
+            exc = None
+            try:
+                execute()
+            except Exception as e:  # noqa: BLE001 - handed to the waiter
+                exc = e
+            if after is not None:
+                try:
+                    after()
+                except Exception as e:  # noqa: BLE001
+                    exc = exc or e
+            pending.exc = exc
+            pending.keep = None
+            counter.add(-1)
+            ctx = copies.on_up() if copies is not None else S._Nothing()
+            with ctx:  # a device future records its event on the copy-up stream
+                try:
+                    fut.set_result(result if exc is None else C._Failure(exc))
+                except Exception:  # noqa: BLE001 - a user callback failed
+                    import sys
+                    import traceback
+                    sys.stderr.write("kaitian backend: a future callback raised:\n" + traceback.format_exc())
+        self.stager.submit(job)
+        return work
+
+    def _issue_direct(self, plan, pending, after, counter):
+        """CPU memory, staging thread idle: every piece non-blocking now, the
+        completion thread completes the op when the last one is done (the
+        core runs a communicator's ops in order)."""
+        issued = []
+
+        def issue():
+            reqs = []
+            for p in plan:
+                req = ctypes.c_void_p()
+                rc = p.op(req)
+                if rc != _lib.SUCCESS:
+                    for r in reqs:  # already running: let them finish, then fail
+                        _lib_.kt_wait(r)
+                    raise C.make_error(rc, _lib.last_error(), pending.what)
+                reqs.append(req)
+            issued.append(reqs)
+        try:
+            if not self.stager.if_idle(issue):
+                return False
+        except BaseException:
+            counter.add(-1)
+            raise
+        reqs = issued[0]
+        pending.req = reqs[-1]
+        pending.more = reqs[:-1]
+        pending.finish = after
+        pending.counter = counter
+        C.completer().add(pending)
+        return True
+
+    # ---- the ops ------------------------------------------------------------------
+    def _host(self, copies, nbytes):
+        return S.pool().get(nbytes, copies.pin)
+
+    def _pieces(self, n, es):
+        return S.pieces(n, es, self.piece_bytes)
+
+    def _work(self, t, work, copies, write):
+        """(flat contiguous tensor of dtype work on t's device, writeback or None)."""
+        if copies is None:
+            return t.reshape(-1), None
+        if t.is_contiguous() and t.dtype == work:
+            return t.reshape(-1), None
+        w = t.reshape(-1).to(work) if t.dtype != work else t.contiguous().reshape(-1)
+        if not w.is_contiguous():
+            w = w.contiguous()
+        back = (lambda: t.copy_(w.view(t.shape) if t.dim() else w.view(()))) if write else None
+        return w, back
+
+    @staticmethod
+    def _reduce_kinds(dtype, op):
+        work, dt, how = T.reduce_plan(dtype, op)
+        return work, dt, (2 if how == "complex" else 1)
+
+    @staticmethod
+    def _move_kinds(dtype):
+        dt = T.NATIVE.get(dtype)
+        if dt is not None:
+            return dtype, dt, 1
+        return dtype, _lib.UINT8, torch.empty((), dtype=dtype).element_size()
+
+    def allreduce(self, t, result, op, what, mode, after=None):
+        work, dt, k = self._reduce_kinds(t.dtype, op)
+        return self._inplace("allreduce", t, result, work, dt, k, what, mode, after,
+                             lambda p, n, cnt: (p, p, cnt, dt, op), True, True)
+
+    def broadcast(self, t, result, root, what, mode):
+        work, dt, k = self._move_kinds(t.dtype)
+        is_root = root == self.pg._rank
+        return self._inplace("broadcast", t, result, work, dt, k, what, mode, None,
+                             lambda p, n, cnt: (p, p, cnt, dt, root), is_root, not is_root)
+
+    def reduce(self, t, result, op, root, what, mode):
+        work, dt, k = self._reduce_kinds(t.dtype, op)
+        is_root = root == self.pg._rank
+        return self._inplace("reduce", t, result, work, dt, k, what, mode, None,
+                             lambda p, n, cnt: (p, p if is_root else None, cnt, dt, op, root),
+                             True, is_root)
+
+    def _inplace(self, name, t, result, work, dt, k, what, mode, after, args, read, write):
+        copies = self._copies(t, work)
+        nb, ni = _BLOCKING[name], _NONBLOCKING[name]
+        comm = self.comm
+
+        def build():
+            w, back = self._work(t, work, copies, write)
+            es = w.element_size()
+            cuts = self._pieces(w.numel(), es)
+            blocks = []
+            if copies is None:
+                base = w.data_ptr() if w.numel() else T.EMPTY_PTR
+                hv = None
+            else:
+                blk = self._host(copies, w.numel() * es)
+                blocks.append(blk)
+                base = blk.ptr
+                hv = blk.tensor[:w.numel() * es].view(work)
+            plan = []
+            for a, b in cuts:
+                ptr = base + a * es if b > a else T.EMPTY_PTR
+                cnt = (b - a) * k
+                fn = _op(nb, ni, args(ptr, b - a, cnt), comm)
+                down = [(hv[a:b], w[a:b])] if hv is not None and read and b > a else None
+                up = [(w[a:b], hv[a:b])] if hv is not None and write and b > a else None
+                plan.append(S.Piece(down, fn, up))
+            return plan, back, blocks
+        return self._issue(mode, result, what, copies, build, [t], after)
+
+    def allgather(self, out, inp, result, what, mode):
+        """all_gather_into_tensor: out holds size x inp's elements."""
+        work, dt, k = self._move_kinds(inp.dtype)
+        copies = self._copies(out, work) or self._copies(inp, work)
+        p = self.pg._size
+        comm = self.comm
+        if copies is None and len(self._pieces(inp.numel(), inp.element_size())) > 1:
+            # The core gathers piece k of every rank contiguously, and those
+            # are not contiguous in out: CPU memory goes through a host block.
+            copies = _HOST
+
+        def build():
+            wi, _ = self._work(inp, work, copies, False)
+            wo, back = self._work(out, work, copies, True)
+            n, es = wi.numel(), wi.element_size()
+            cuts = self._pieces(n, es)
+            blocks = []
+            if copies is None:
+                ib = wi.data_ptr() if n else T.EMPTY_PTR
+                ob = wo.data_ptr() if n else T.EMPTY_PTR
+                hi = ho = None
+            else:
+                bi, bo = self._host(copies, n * es), self._host(copies, p * n * es)
+                blocks += [bi, bo]
+                ib, ob = bi.ptr, bo.ptr
+                hi = bi.tensor[:n * es].view(work)
+                ho = bo.tensor[:p * n * es].view(work)
+            plan = []
+            for a, b in cuts:
+                m = b - a
+                src = ib + a * es if m else T.EMPTY_PTR
+                dst = ob + p * a * es if m else T.EMPTY_PTR
+                fn = _op(_BLOCKING["allgather"], _NONBLOCKING["allgather"],
+                         (src, dst, m * k, dt), comm)
+                down = [(hi[a:b], wi[a:b])] if hi is not None and m else None
+                up = [(wo[r * n + a:r * n + b], ho[p * a + r * m:p * a + (r + 1) * m])
+                      for r in range(p)] if ho is not None and m else None
+                plan.append(S.Piece(down, fn, up))
+            return plan, back, blocks
+        return self._issue(mode, result, what, copies, build, [out, inp])
+
+    def reduce_scatter(self, out, inp, result, op, what, mode):
+        """reduce_scatter_tensor: inp holds size x out's elements."""
+        work, dt, k = self._reduce_kinds(out.dtype, op)
+        copies = self._copies(out, work) or self._copies(inp, work)
+        p = self.pg._size
+        comm = self.comm
+        if copies is None and len(self._pieces(out.numel(), out.element_size())) > 1:
+            copies = _HOST  # a piece's inputs are not contiguous in inp: through a host block
+
+        def build():
+            wi, _ = self._work(inp, work, copies, False)
+            wo, back = self._work(out, work, copies, True)
+            n, es = wo.numel(), wo.element_size()
+            cuts = self._pieces(n, es)
+            blocks = []
+            if copies is None:
+                ib = wi.data_ptr() if n else T.EMPTY_PTR
+                ob = wo.data_ptr() if n else T.EMPTY_PTR
+                hi = ho = None
+            else:
+                bi, bo = self._host(copies, p * n * es), self._host(copies, n * es)
+                blocks += [bi, bo]
+                ib, ob = bi.ptr, bo.ptr
+                hi = bi.tensor[:p * n * es].view(work)
+                ho = bo.tensor[:n * es].view(work)
+            plan = []
+            for a, b in cuts:
+                m = b - a
+                src = ib + p * a * es if m else T.EMPTY_PTR
+                dst = ob + a * es if m else T.EMPTY_PTR
+                fn = _op(_BLOCKING["reduce_scatter"], _NONBLOCKING["reduce_scatter"],
+                         (src, dst, m * k, dt, op), comm)
+                down = [(hi[p * a + r * m:p * a + (r + 1) * m], wi[r * n + a:r * n + b])
+                        for r in range(p)] if hi is not None and m else None
+                up = [(wo[a:b], ho[a:b])] if ho is not None and m else None
+                plan.append(S.Piece(down, fn, up))
+            return plan, back, blocks
+        return self._issue(mode, result, what, copies, build, [out, inp])
+
+
+def _op(blocking, nonblocking, args, comm):
+    """A piece's op: called with no argument it runs blocking; with a request
+    it is issued non-blocking."""
+    def fn(req=None):
+        if req is None:
+            return blocking(*args, comm)
+        return nonblocking(*args, comm, ctypes.byref(req))
+    return fn
