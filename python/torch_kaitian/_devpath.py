@@ -111,13 +111,28 @@ class Stager:
             t.join(timeout=5)
 
 
+def test_type():
+    """KAITIAN_TEST_DEVICE_TYPE for this process: a device type name its CPU
+    tensors pretend to be on (the staging runs as for a device, with copies
+    on the CPU), or None. A comma-separated list gives one entry per rank
+    ($RANK), where cpu means none."""
+    raw = os.environ.get(TEST_TYPE_ENV, "").strip()
+    if not raw:
+        return None
+    if "," in raw:
+        items = [x.strip() for x in raw.split(",")]
+        rank = int(os.environ.get("RANK", "0"))
+        if not 0 <= rank < len(items):
+            raise ValueError(f"{TEST_TYPE_ENV}={raw!r}: no entry for rank {rank}")
+        raw = items[rank]
+    return None if raw in ("", "cpu") else raw
+
+
 def local_type():
     """This rank's device type as it declares it to the group: the test type,
     else KAITIAN_DEVICE's type, else cuda when torch sees a CUDA device, else cpu."""
-    t = os.environ.get(TEST_TYPE_ENV, "").strip()
-    if t:
-        if t == "cpu":
-            raise ValueError(f"{TEST_TYPE_ENV}=cpu: name a type other than cpu")
+    t = test_type()
+    if t is not None:
         return t
     from . import _device
     try:
@@ -129,10 +144,6 @@ def local_type():
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-class _Failed:
-    __slots__ = ()
-
-
 class DevicePath:
     """The split ops of one ProcessGroupKaitian (see the module's text)."""
 
@@ -140,7 +151,7 @@ class DevicePath:
         self.pg = pg
         self.comm = comm
         self.piece_bytes = S.piece_bytes_env()
-        self.test_host = bool(os.environ.get(TEST_TYPE_ENV, "").strip())
+        self.test_host = test_type() is not None
         self.copiers = {}
         self.stager = Stager()
 

@@ -207,14 +207,16 @@ def _ms(timeout):
 _warned_timeout = False
 
 
-def _release_comms(comms, outstanding, pid=None, devpath=None):
+def _release_comms(comms, outstanding, pid=None, devpath=None, hier=None):
     """Free a group's communicators (finalizer: the group died or the process exits).
     Never in a forked child that exits normally: the sockets and shared memory
     it inherited are still its parent's."""
     if pid is not None and pid != os.getpid():
         return
-    if devpath is not None and outstanding.n == 0:
-        devpath.close()
+    if outstanding.n == 0:
+        for path in (hier, devpath):
+            if path is not None:
+                path.close()
     for comm in comms:
         if comm:
             if outstanding.n > 0:  # some op can never finish now: unblock it
@@ -296,6 +298,7 @@ class ProcessGroupKaitian(_Base):
         parts = ("coll", "p2p-up", "p2p-down") if size > 1 else ("coll",)
         self._types = [_devpath.local_type()] * size
         self._dev = None
+        self._hier = None
         try:
             for part in parts:
                 comms.append(self._init_comm(bridge, f"{self._prefix}/{part}"))
@@ -309,6 +312,7 @@ class ProcessGroupKaitian(_Base):
                     self._barrier(comms[-1], "the device communicator")
                     self._forget_addresses(["dev"], generation=False)
                     self._dev = _devpath.DevicePath(self, comms[-1])
+                    self._hier = self._make_hierarchy(store, bridge, comms)
             else:
                 self._forget_keys(["kaitian/generation"])  # one rank: nothing published
         except BaseException:
@@ -322,9 +326,26 @@ class ProcessGroupKaitian(_Base):
         self._comms = comms
         self._completer = C.completer()
         self._finalizer = weakref.finalize(self, _release_comms, comms, self._outstanding, os.getpid(),
-                                           self._dev)
+                                           self._dev, self._hier)
 
     _TYPE_BYTES = 32
+
+    def _make_hierarchy(self, store, bridge, comms):
+        """Within a device type its library, across types the core (_hier.py),
+        where KAITIAN_DEVICE_LIBRARY and the ranks' types call for it; the
+        cross-type communicator joins comms (released with the group)."""
+        from . import _hier
+        libs = _hier.layout(self._types, _hier.setting())
+        if not libs:
+            return None
+        h = _hier.Hierarchy(self, store, bridge, libs)
+        if h.cross_comm is not None:
+            comms.append(h.cross_comm)
+            self._barrier(h.cross_comm, "the communicator across device types")
+            self._forget_addresses(["cross"], generation=False, rank=h.cross.index(self._rank))
+        if self._rank == 0 and os.environ.get("KAITIAN_DEBUG", "").upper() in ("INFO", "TRACE"):
+            sys.stderr.write(f"kaitian backend: device libraries: {h.describe()}\n")
+        return h
 
     def _exchange_types(self, comm):
         """Every rank's device type (_devpath.local_type), gathered on comm.
@@ -348,15 +369,16 @@ class ProcessGroupKaitian(_Base):
             raise C.KaitianError(rc, f"kaitian backend: rank {self._rank} of {self._size}: the barrier after "
                                      f"setting up {what} failed: {_lib.strerror(rc)}: {_lib.last_error()}")
 
-    def _forget_addresses(self, parts, generation=True):
+    def _forget_addresses(self, parts, generation=True, rank=None):
         """Delete the keys this rank published to set its communicators up
         (each rank its address under <prefix>/<part>/tcp/<rank>; rank 0 also
         <prefix>/<part>/link and linkreq, where they span hosts), once every
         rank has read them (the caller has passed a collective on them). Else
         every group made and destroyed would leave its keys in the store
         (torch's TCPStore lives in rank 0's process) for good."""
-        keys = [f"{self._prefix}/{part}/tcp/{self._rank}" for part in parts]
-        if self._rank == 0:
+        rank = self._rank if rank is None else rank
+        keys = [f"{self._prefix}/{part}/tcp/{rank}" for part in parts]
+        if rank == 0:
             # A communicator that spans hosts also left rank 0's link speed
             # (and its request) there: one made again under the same prefix
             # must not read the old one.
@@ -375,12 +397,15 @@ class ProcessGroupKaitian(_Base):
             except Exception:  # noqa: BLE001 - some stores (FileStore) cannot delete; harmless
                 pass
 
-    def _init_comm(self, bridge, prefix):
+    def _init_comm(self, bridge, prefix, rank=None, size=None):
+        """A communicator over the store (bridge) under prefix: of the whole
+        group, or of `size` of its ranks, this one being `rank` among them."""
         comm = ctypes.c_void_p()
         pre = prefix.encode()
         cfg = _lib.Config(ctypes.sizeof(_lib.Config), self._timeout_ms, pre)
-        rc = _lib_.kt_comm_init(ctypes.byref(comm), self._rank, self._size, bridge.handle,
-                                ctypes.byref(cfg))
+        rank = self._rank if rank is None else rank
+        size = self._size if size is None else size
+        rc = _lib_.kt_comm_init(ctypes.byref(comm), rank, size, bridge.handle, ctypes.byref(cfg))
         if rc != _lib.SUCCESS:
             msg = (f"kaitian backend: rank {self._rank} of {self._size}: communicator '{prefix}' "
                    f"could not be set up through torch's store: {_lib.strerror(rc)}: {_lib.last_error()}")
@@ -476,6 +501,9 @@ class ProcessGroupKaitian(_Base):
             return self._sparse_allreduce(t, tensors, op, opname, mode)
         # From C++ (DDP's reducer): a bucket may move into shared memory
         # (_shared.py), before its address is taken.
+        if self._hier is not None and self._hier.takes(t.dtype, op):
+            return self._hier.allreduce(
+                t, tensors, op, self._desc(f"allreduce of {t.numel()} {t.dtype} ({opname})"), mode)
         shared = self._sharer.prepare(t) if mode == OTHER else None
         if self._dev is not None:
             return self._dev.allreduce(
@@ -571,6 +599,10 @@ class ProcessGroupKaitian(_Base):
         root = _opt(opts, "rootRank", 0)
         self._check_root(root, "broadcast")
         is_root = root == self._rank
+        if self._hier is not None and self._hier.takes(t.dtype):
+            return self._hier.broadcast(t, tensors, root,
+                                        self._desc(f"broadcast of {t.numel()} {t.dtype} from root {root}"),
+                                        mode)
         if self._dev is not None:
             return self._dev.broadcast(t, tensors, root,
                                        self._desc(f"broadcast of {t.numel()} {t.dtype} from root {root}"), mode)
