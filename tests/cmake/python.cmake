@@ -56,6 +56,29 @@ kt_py_test(cpu_adam 300 ${KT_PYTHON} ${KT_PY_DIR}/test_cpu_adam.py)
 kt_py_test(device 60 ${KT_PYTHON} ${KT_PY_DIR}/test_device.py)
 kt_py_test(ops_np1 300 ${KT_CLI} run -n 1 ${KT_PY_DIR}/test_ops.py)
 kt_py_test(solo 300 ${KT_CLI} run -n 1 ${KT_PY_DIR}/test_solo.py)
+# The device path on this CPU machine (test_devpath.py): ranks that declare a
+# device type (KAITIAN_TEST_DEVICE_TYPE, one entry per rank) stage their CPU
+# tensors as a device rank does, in pieces (tiny ones here: every boundary
+# case); gloo stands in for a device type's own library (KAITIAN_DEVICE_LIBRARY).
+kt_py_test(devpath_unit 120 ${KT_PYTHON} ${KT_PY_DIR}/test_devpath.py unit)
+kt_py_test(devpath_paths_np3 200 ${CMAKE_COMMAND} -E env KAITIAN_TEST_DEVICE_TYPE=x,cpu,cpu
+           KAITIAN_DEVICE_PIECE_BYTES=1000 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_devpath.py paths)
+kt_py_test(devpath_ops_np2 300 ${CMAKE_COMMAND} -E env KAITIAN_TEST_DEVICE_TYPE=x,cpu
+           KAITIAN_DEVICE_PIECE_BYTES=24 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_ops.py)
+kt_py_test(devpath_ops_np3 400 ${CMAKE_COMMAND} -E env KAITIAN_TEST_DEVICE_TYPE=x
+           KAITIAN_DEVICE_PIECE_BYTES=40 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_ops.py)
+kt_py_test(devpath_hetero_exact 200 ${CMAKE_COMMAND} -E env KAITIAN_TEST_DEVICE_TYPE=x,cpu,cpu
+           KAITIAN_DEVICE_PIECE_BYTES=4096 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_hetero.py exact --caps 4,1,1)
+foreach(layout "2x2;a,b,a,b" "3p1;a,a,a,cpu")
+  list(GET layout 0 name)
+  list(GET layout 1 types)
+  set(kt_hier_env ${CMAKE_COMMAND} -E env KAITIAN_TEST_DEVICE_TYPE=${types} KAITIAN_DEVICE_LIBRARY=gloo)
+  kt_py_test(hier_ops_${name} 400 ${kt_hier_env} ${KT_CLI} run -n 4 ${KT_PY_DIR}/test_ops.py)
+  kt_py_test(hier_${name} 200 ${kt_hier_env} ${KT_CLI} run -n 4 ${KT_PY_DIR}/test_devpath.py hier)
+  kt_py_test(hier_dead_${name} 120 ${kt_hier_env} ${KT_CLI} run -n 4 ${KT_PY_DIR}/test_devpath.py hier_dead)
+  kt_py_test(hier_hetero_exact_${name} 200 ${kt_hier_env} ${KT_CLI} run -n 4 ${KT_PY_DIR}/test_hetero.py
+             exact --caps 1,2,3,5)
+endforeach()
 kt_py_test(mutation_plants 60 ${KT_PYTHON} ${KT_TEST_DIR}/mutation/mutate.py --check)
 kt_py_test(ops_np2 300 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_ops.py)
 kt_py_test(ops_np3 400 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_ops.py)
