@@ -15,6 +15,8 @@ The other benchmarks, each with its own --help:
   --optim     the CPU Adam kernels against torch's AdamW (_bench_optim.py)
   --zero      ZeroOptimizer against ZeroRedundancyOptimizer and DDP (_bench_zero.py)
   --pipeline  the GPT example's pipeline bubble, kaitian against gloo (_bench_pipeline.py)
+  --device    a device rank (CUDA) alone and with CPU ranks: all_reduce and DDP's
+              communication, kaitian against gloo and nccl (_bench_device.py)
 
 Started plainly it forks its own ranks (-n, default 2), each bound to its own
 block of CPUs as `kaitian run` binds them (docs/launcher.md); under `kaitian
@@ -331,7 +333,7 @@ def _run(args):
 
 
 _OTHER = {"--hetero": "_bench_hetero", "--optim": "_bench_optim", "--zero": "_bench_zero",
-          "--pipeline": "_bench_pipeline"}
+          "--pipeline": "_bench_pipeline", "--device": "_bench_device"}
 
 
 def main(argv=None):

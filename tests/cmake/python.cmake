@@ -67,6 +67,11 @@ kt_py_test(devpath_ops_np2 300 ${CMAKE_COMMAND} -E env KAITIAN_TEST_DEVICE_TYPE=
            KAITIAN_DEVICE_PIECE_BYTES=24 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_ops.py)
 kt_py_test(devpath_ops_np3 400 ${CMAKE_COMMAND} -E env KAITIAN_TEST_DEVICE_TYPE=x
            KAITIAN_DEVICE_PIECE_BYTES=40 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_ops.py)
+kt_py_test(devpath_pipelined_np3 300 ${CMAKE_COMMAND} -E env KAITIAN_TEST_DEVICE_TYPE=x,cpu,cpu
+           ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_devpath.py cuda)
+kt_py_test(devpath_bench_smoke 200 ${CMAKE_COMMAND} -E env KAITIAN_TEST_DEVICE_TYPE=x,cpu
+           ${KT_PYTHON} -m torch_kaitian.bench --device cpu --max-bytes 262144 --reps 1 --scale 0.05
+           --steps 2 --batch 16)
 kt_py_test(devpath_hetero_exact 200 ${CMAKE_COMMAND} -E env KAITIAN_TEST_DEVICE_TYPE=x,cpu,cpu
            KAITIAN_DEVICE_PIECE_BYTES=4096 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_hetero.py exact --caps 4,1,1)
 foreach(layout "2x2;a,b,a,b" "3p1;a,a,a,cpu")

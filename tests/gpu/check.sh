@@ -16,6 +16,13 @@
 #      HeteroDDP's batch-size exchange without a device sync (test_hetero.py
 #      overhead); python -m torch_kaitian.bench --hetero at widths/batches
 #      1024/512, 1024/8192, 4096/8192 (the planner against the GPU alone);
+#   2c. the device path (torch_kaitian/_devpath.py): test_devpath.py cuda, every
+#      pipelined op on CUDA tensors against two CPU ranks under torch's sync
+#      debug mode "error" (no device synchronisation on the op path), and
+#      test_devpath.py paths (pieces alike on every rank); then
+#      python -m torch_kaitian.bench --device (the GPU rank alone: nccl, gloo,
+#      kaitian; with 1 and 2 CPU ranks: gloo, kaitian, kaitian on CPU tensors;
+#      DDP's comm per step);
 #   3. the digits demo, 2 ranks of --devices auto+cpu (one rank per GPU, then
 #      CPU ranks; on a 1-GPU host cuda:0 and cpu), over kaitian and over gloo
 #      (same seed: the loss curves are printed side by side);
@@ -75,8 +82,15 @@ if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.device_count() >= 1 els
       --width "$1" --batch "$2" --slow 0 --fetch batch --steps 10 --warmup 2
     grep -E "alone|split|planned|plan:|hetero/" "$OUT/bench_hetero_w$1_b$2.log"
   done
+  run devpath_cuda "$KT" run --devices cuda:1,cpu:2 "$T/test_devpath.py" cuda
+  grep -E "PASS|returned after" "$OUT/devpath_cuda.log"
+  run devpath_paths env KAITIAN_DEVICE_PIECE_BYTES=1000 "$KT" run --devices cuda:1,cpu:2 "$T/test_devpath.py" paths
+  run bench_device_np2 "$KT" run --devices cuda:1,cpu:1 "$PY" -m torch_kaitian.bench --device
+  run bench_device_np3 "$KT" run --devices cuda:1,cpu:2 "$PY" -m torch_kaitian.bench --device --skip-ddp
+  echo "bench --device, 1 CPU rank:"; cat "$OUT/bench_device_np2.log"
+  echo "bench --device, 2 CPU ranks:"; grep -A 6 "^2\." "$OUT/bench_device_np3.log"
 else
-  echo "== hetero_*: SKIP (no CUDA device)"
+  echo "== hetero_*, devpath_*, bench_device_*: SKIP (no CUDA device)"
 fi
 run digits_cuda "$KT" run --devices auto+cpu -n 2 "$ROOT/examples/train_digits.py" --loss-log "$OUT/kaitian.json"
 run digits_gloo "$KT" run --devices auto+cpu -n 2 "$ROOT/examples/train_digits.py" --backend gloo --loss-log "$OUT/gloo.json"

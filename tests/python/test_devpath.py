@@ -18,6 +18,10 @@ ranks reduces within itself over gloo standing in for its library (_hier.py).
                                     core, float64 sums against one process
   kaitian run -n 4 test_devpath.py hier_dead  a rank dies: every other rank's
                                     next op raises, within the bound, no hang
+  kaitian run --devices cuda:1,cpu:2 test_devpath.py cuda   (tests/gpu/check.sh)
+                                    the pipelined ops on CUDA tensors against
+                                    the CPU ranks, with torch's sync debug mode
+                                    set to error: no device synchronisation
 """
 import os
 import sys
@@ -338,9 +342,75 @@ def hier_dead():
     fail(f"rank {rank}: rank {p - 1} died and no op raised")
 
 
+def cuda():
+    """Rank 0 on CUDA, the others on the CPU: every pipelined op, blocking and
+    async, in sizes of one piece and of many, every kind of dtype (native,
+    converted on the device, complex), with torch.cuda.set_sync_debug_mode
+    ("error") while the ops are issued and waited for: any synchronising call
+    on the op path raises. Results checked afterwards against values made here."""
+    import torch_kaitian as tk
+    dist.init_process_group("kaitian")
+    rank, p = dist.get_rank(), dist.get_world_size()
+    dev = tk.device()
+    if rank == 0 and dev.type != "cuda":
+        print("rank 0 is not on CUDA: the ops run, the sync check does not (on a GPU host: "
+              "kaitian run --devices cuda:1,cpu:2)")
+    pg = dist.distributed_c10d._get_default_group()
+    check(pg._dev is not None, f"rank {rank}: no device path, types {pg._types}")
+    sync_mode = getattr(torch.cuda, "set_sync_debug_mode", None) if dev.type == "cuda" else None
+    for n in (1, 1001, 3 << 20):
+        for dtype in (torch.float32, torch.float16, torch.int64, torch.int16, torch.complex64):
+            base = [sample(dtype, n, 100 * r + n % 97) for r in range(p)]
+            want_sum = sum(b.to(torch.complex128 if dtype.is_complex else torch.float64) for b in base)
+            x = base[rank].to(dev, copy=True)
+            xa = base[rank].to(dev, copy=True)
+            b = base[rank].to(dev, copy=True)
+            ag_out = torch.zeros(p * n, dtype=dtype, device=dev)
+            rs_in = torch.cat([base[rank]] * p).to(dev)
+            rs_out = torch.zeros(n, dtype=dtype, device=dev)
+            if sync_mode:
+                sync_mode("error")
+            try:
+                dist.all_reduce(x)
+                w = dist.all_reduce(xa, async_op=True)
+                dist.broadcast(b, src=p - 1)
+                dist.all_gather_into_tensor(ag_out, base[rank].to(dev, copy=True))
+                dist.reduce_scatter_tensor(rs_out, rs_in)
+                w.wait()
+            finally:
+                if sync_mode:
+                    sync_mode(0)
+            tol = dict(rtol=1e-2, atol=1e-1) if dtype == torch.float16 else dict(rtol=1e-5, atol=1e-3)
+            what = f"rank {rank} on {dev}: {n} {dtype}"
+            for name, got in (("all_reduce", x), ("async all_reduce", xa)):
+                check(torch.allclose(got.cpu().to(want_sum.dtype), want_sum, **tol), f"{what}: {name}")
+            check(torch.equal(b.cpu(), base[p - 1]), f"{what}: broadcast")
+            check(torch.equal(ag_out.cpu(), torch.cat(base)), f"{what}: all_gather_into_tensor")
+            # rank r's input is p copies of its tensor: block r of the sum is want_sum
+            check(torch.allclose(rs_out.cpu().to(want_sum.dtype), want_sum, **tol),
+                  f"{what}: reduce_scatter_tensor")
+    # An async op on a large tensor returns before it is done: the caller's
+    # thread is free while the pieces travel.
+    big = torch.ones(16 << 20, device=dev)
+    t0 = time.perf_counter()
+    w = dist.all_reduce(big, async_op=True)
+    issued = time.perf_counter() - t0
+    w.wait()
+    torch.cuda.synchronize() if dev.type == "cuda" else None
+    total = time.perf_counter() - t0
+    check(torch.all(big == p).item(), f"rank {rank}: 64 MiB async all_reduce")
+    if rank == 0:
+        print(f"rank 0 on {dev}: async all_reduce of 64 MiB returned after {issued * 1e3:.2f} ms, done after "
+              f"{total * 1e3:.1f} ms")
+    dist.barrier()
+    if rank == 0:
+        print(f"PASS devpath cuda p={p} types {pg._types}: every pipelined op, no device sync")
+    dist.destroy_process_group()
+
+
 def main():
     what = sys.argv[1] if len(sys.argv) > 1 else "unit"
-    {"unit": unit, "paths": paths, "hier": hier, "hier_dead": hier_dead}[what]()
+    {"unit": unit, "paths": paths, "hier": hier, "hier_dead": hier_dead, "cuda": cuda}[what]()
 
 
 if __name__ == "__main__":
