@@ -33,6 +33,7 @@ from . import _completion as C
 from . import _lib
 from . import _staging as S
 from . import _tensors as T
+from ._work import PYTHON, SYNC, Work, _DoneWork, _work_from_future
 
 _lib_ = _lib.lib
 _BLOCKING = {n: getattr(_lib_, "kt_" + n) for n in ("allreduce", "broadcast", "reduce", "allgather",
@@ -181,7 +182,6 @@ class DevicePath:
         """Run one op: build() -> (plan, tail, blocks), called with the copies
         ordered after the caller (for conversions on the copy stream). copies
         None: the plan's ops work in the caller's own memory."""
-        from .process_group import SYNC, PYTHON, Work, _DoneWork, _work_from_future
         if copies is not None:
             copies.begin(keep)
             with copies.on_down():
@@ -359,6 +359,24 @@ class DevicePath:
         copies = self._copies(t, work)
         nb, ni = _BLOCKING[name], _NONBLOCKING[name]
         comm = self.comm
+        if copies is None and mode == SYNC:
+            n = t.numel()
+            es = t.element_size()
+            if n * es <= (self.piece_bytes or S._MIN_AUTO) and n:
+                # One piece of the caller's own memory, blocking: the core's
+                # call itself, on this thread, when nothing is queued before it.
+                st = self.stager
+                if st.run_lock.acquire(False):
+                    try:
+                        if st.inflight == 0:
+                            rc = nb(*args(t.data_ptr(), n, n * k), comm)
+                            if rc != _lib.SUCCESS:
+                                raise C.make_error(rc, _lib.last_error(), what())
+                            if after is not None:
+                                after()
+                            return _DoneWork(result)
+                    finally:
+                        st.run_lock.release()
 
         def build():
             w, back = self._work(t, work, copies, write)

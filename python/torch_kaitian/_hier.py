@@ -34,6 +34,7 @@ from . import _completion as C
 from . import _devpath
 from . import _lib
 from . import _staging as S
+from ._work import PYTHON, SYNC, Work, _DoneWork, _work_from_future
 
 _c10d = torch._C._distributed_c10d
 _ENV = "KAITIAN_DEVICE_LIBRARY"
@@ -196,7 +197,6 @@ class Hierarchy:
             raise self._lib_fail(what, step, e) from None
 
     def allreduce(self, t, result, op, what, mode):
-        from .process_group import SYNC
         sum_op = _lib.SUM if op == _lib.AVG else op
         rop = getattr(_c10d.ReduceOp, _OPS[sum_op])
         world = self.pg._size
@@ -220,7 +220,6 @@ class Hierarchy:
         return self._issue(t, result, what, mode, chain)
 
     def broadcast(self, t, result, root, what, mode):
-        from .process_group import SYNC
         types = self.pg._types
         root_type = types[root]
         me = self.pg._rank
@@ -260,7 +259,6 @@ class Hierarchy:
         return mod.stream(s)
 
     def _issue(self, t, result, what, mode, chain):
-        from .process_group import SYNC, PYTHON, Work, _DoneWork, _work_from_future
         if mode == SYNC:
             if self.stager.try_inline():
                 try:
