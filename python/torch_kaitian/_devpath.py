@@ -322,6 +322,7 @@ class DevicePath:
         w = t.reshape(-1).to(work) if t.dtype != work else t.contiguous().reshape(-1)
         if not w.is_contiguous():
             w = w.contiguous()
+        copies.adopt(w)  # made on the copy-down stream, written on the copy-up one
         back = (lambda: t.copy_(w.view(t.shape) if t.dim() else w.view(()))) if write else None
         return w, back
 

@@ -69,7 +69,7 @@ def pieces(n, elem_size, piece_bytes=0):
 
 
 class _Block:
-    __slots__ = ("ptr", "nbytes", "tensor", "owner", "pinned", "fence", "_keep")
+    __slots__ = ("ptr", "nbytes", "tensor", "owner", "pinned", "locked", "fence", "_keep")
 
     def free(self):
         if self.pinned:
@@ -104,7 +104,7 @@ class HostPool:
         size = self._size_class(max(1, nbytes))
         with self.lock:
             for i, b in enumerate(self.free_blocks):
-                if b.nbytes == size and (b.pinned or pin_for is None) and _fence_done(b.fence):
+                if b.nbytes == size and (b.locked or pin_for is None) and _fence_done(b.fence):
                     del self.free_blocks[i]
                     self.free_bytes -= b.nbytes
                     b.fence = None
@@ -113,21 +113,21 @@ class HostPool:
 
     def _alloc(self, size, pin_for):
         b = _Block()
-        b.nbytes, b.fence, b.pinned = size, None, False
+        b.nbytes, b.fence, b.pinned, b.locked = size, None, False, False
         ptr = ctypes.c_void_p()
         if _lib.lib.kt_mem_alloc(size, ctypes.byref(ptr)) == _lib.SUCCESS:
             b.ptr, b.owner = ptr.value, "kaitian"
             b._keep = (ctypes.c_char * size).from_address(b.ptr)
             b.tensor = torch.frombuffer(b._keep, dtype=torch.uint8)
             if pin_for == "cuda":
-                b.pinned = _cuda_register(b.ptr, size)
+                b.pinned = b.locked = _cuda_register(b.ptr, size)
             if pin_for is None or b.pinned:
                 return b
             b.free()  # cannot page-lock it: torch's pinned memory instead
         b.owner = "torch"
         b.tensor = torch.empty(size, dtype=torch.uint8, pin_memory=pin_for is not None)
         b.ptr, b._keep = b.tensor.data_ptr(), None
-        b.pinned = False
+        b.pinned, b.locked = False, pin_for is not None
         return b
 
     def put(self, block, fence):
@@ -211,6 +211,12 @@ class Streams:
         self.down_stream.wait_event(ev)
         self.up_stream.wait_event(ev)
         for t in tensors:
+            self.adopt(t)
+
+    def adopt(self, t):
+        """t (on this device) is used on both copy streams: the caching
+        allocator must not reuse its memory before they are done with it."""
+        if t.device == self.device:
             t.record_stream(self.down_stream)
             t.record_stream(self.up_stream)
 
@@ -253,6 +259,9 @@ class Host:
     pin = None
 
     def begin(self, tensors):
+        pass
+
+    def adopt(self, t):
         pass
 
     def on_down(self):
