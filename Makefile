@@ -22,7 +22,7 @@ KT_PY_ENV = KAITIAN_LIBRARY=$(abspath $(BUILD))/libkaitian.so PYTHONPATH=$(CURDI
 TORCH2_VENV = $(abspath $(BUILD))/torch2-venv
 KT_PY2_ENV = KAITIAN_LIBRARY=$(abspath $(BUILD))/libkaitian.so PYTHONPATH=$(CURDIR)/python PYTHON=$(TORCH2_VENV)/bin/python
 
-.PHONY: all build demo demo-bench test test-release test-asan tsan install uninstall deps clean help conformance fuzz chaos soak mutation
+.PHONY: all build demo demo-bench test test-release test-asan tsan install uninstall deps clean help conformance fuzz chaos soak mutation sweep
 
 all: build
 
@@ -37,6 +37,8 @@ help:
 	@echo "make fuzz     every libFuzzer harness for FUZZ_SECONDS (default 600) each (tests/fuzz/)"
 	@echo "make chaos    TRIALS (default 100) jobs of each kind with a rank killed or stopped at random, on one host and on 2 netns hosts (with a host's link taken down) (tests/fault/chaos.sh)"
 	@echo "make mutation  plant known bugs one at a time in a copy of the Python package (the exact heterogeneous mean, ZeRO, the pipeline); each must fail its test (tests/mutation/mutate.py, ~2 min)"
+	@echo "make sweep    every size 8 B-4 KiB in steps of 8 B and both sides of every tuner threshold, 2 and 4 ranks,"
+	@echo "              5 collectives, against Open MPI and MPICH; exits 1 on a cliff (bench/sweep_peers, ~15 min)"
 	@echo "make soak     long runs on 4 ranks (one host; 2 netns hosts; 1000 torch groups) whose memory and descriptors must stay flat (tests/soak/)"
 	@echo "make install  install to PREFIX=$(PREFIX) (library, header, kaitian, pkg-config, CMake package,"
 	@echo "              Python package torch_kaitian); make uninstall removes it (docs/install.md)"
@@ -106,6 +108,9 @@ chaos: build
 	sh tests/fault/chaos.sh --hosts 2 $(BUILD)/kaitian $(BUILD)/tests/fault_prog $(TRIALS) 4; rc=$$?; \
 	[ $$rc = 0 ] || [ $$rc = 77 ] || status=1; \
 	exit $$status
+
+sweep: build
+	bench/sweep_peers --kaitian $(BUILD)/kaitian $(SWEEP_ARGS)
 
 soak: build
 	@status=0; \

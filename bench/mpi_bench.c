@@ -75,7 +75,7 @@ static double bus_factor(int c, int n) {
 typedef enum { T_FLOAT32, T_BFLOAT16 } dtype;
 
 typedef struct options {
-  uint64_t minbytes, maxbytes, factor;
+  uint64_t minbytes, maxbytes, factor, stepbytes; /* stepbytes: -s adds it each step (0: -f multiplies) */
   uint64_t iters_bytes, warmup_bytes; /* --iters-bytes, --warmup-bytes (0: off) */
   int iters, warmup, root;
   unsigned colls; /* bit per coll_id */
@@ -332,7 +332,7 @@ static long long bench_coll(bench *b, int c) {
     return 0;
   }
   for (uint64_t size = b->o.minbytes; size <= b->o.maxbytes;
-       size = size ? size * b->o.factor : 1) {
+       size = b->o.stepbytes ? size + b->o.stepbytes : size ? size * b->o.factor : 1) {
     size_t count = (size_t)(size / unit), bytes = count * unit;
     if (count > 0) {
       double us = time_size(b, c, count, bytes);
@@ -348,7 +348,7 @@ static long long bench_coll(bench *b, int c) {
         fflush(stdout);
       }
     }
-    if (size > UINT64_MAX / b->o.factor) break;
+    if (size > UINT64_MAX / b->o.factor || size > UINT64_MAX - b->o.stepbytes) break;
   }
   return wrong_total;
 }
@@ -365,6 +365,7 @@ static void usage(FILE *f) {
       "  -b, --minbytes SIZE     smallest size in bytes (default 8)\n"
       "  -e, --maxbytes SIZE     largest size in bytes (default 32M)\n"
       "  -f, --stepfactor N      size step factor (default 2, >= 2)\n"
+      "  -s, --stepbytes SIZE    add SIZE each step instead of multiplying\n"
       "  -n, --iters N           timed iterations per size (default 20)\n"
       "  -w, --warmup_iters N    warm-up iterations per size (default 5)\n"
       "      --iters-bytes SIZE  at least SIZE bytes' worth of timed iterations per size\n"
@@ -439,6 +440,7 @@ static int parse_args(options *o, int argc, char **argv) {
   static const struct option longs[] = {
       {"minbytes", required_argument, NULL, 'b'}, {"maxbytes", required_argument, NULL, 'e'},
       {"stepfactor", required_argument, NULL, 'f'}, {"iters", required_argument, NULL, 'n'},
+      {"stepbytes", required_argument, NULL, 's'},
       {"warmup_iters", required_argument, NULL, 'w'}, {"datatype", required_argument, NULL, 'd'},
       {"op", required_argument, NULL, 'o'}, {"root", required_argument, NULL, 'r'},
       {"coll", required_argument, NULL, 'C'}, {"inplace", no_argument, NULL, 'I'},
@@ -447,12 +449,13 @@ static int parse_args(options *o, int argc, char **argv) {
       {NULL, 0, NULL, 0}};
   int ch;
   opterr = 0;
-  while ((ch = getopt_long(argc, argv, ":b:e:f:n:w:d:o:r:C:Ih", longs, NULL)) != -1) {
+  while ((ch = getopt_long(argc, argv, ":b:e:f:s:n:w:d:o:r:C:Ih", longs, NULL)) != -1) {
     bool ok = true;
     switch (ch) {
       case 'b': ok = parse_u64("-b", optarg, true, &o->minbytes); break;
       case 'e': ok = parse_u64("-e", optarg, true, &o->maxbytes); break;
       case 'f': ok = parse_u64("-f", optarg, false, &o->factor); break;
+      case 's': ok = parse_u64("-s", optarg, true, &o->stepbytes); break;
       case 'n': ok = parse_int("-n", optarg, 1, &o->iters); break;
       case 'w': ok = parse_int("-w", optarg, 0, &o->warmup); break;
       case 'N':

@@ -132,6 +132,10 @@ KT_INTERNAL kt_result kt__fold_out(kt__exec *ex, char *buf);
  * algorithm it names and no other, since the tuner falls back to its own
  * pick when the forced one cannot run a call. */
 KT_INTERNAL const char *kt__algos_run(struct kt_comm_s *c, const char *coll, char *buf, size_t cap);
+/* The algorithm the tuner would run for this call on c (KAITIAN_ALGO
+ * included), without running it: kaitian bench --thresholds. */
+KT_INTERNAL const char *kt__algo_for(struct kt_comm_s *c, kt__coll coll, const void *sendbuf, void *recvbuf,
+                                     size_t count, kt_dtype dtype, kt_op op, int root);
 
 /* Ring steps shared by allreduce, reduce_scatter and allgather (ring.c).
  * Block b of the data is len[b] bytes; at step k this rank sends block

@@ -238,8 +238,22 @@ static void init_ll_bytes(void) {
       KT_SHM_LL_MAX;
 }
 
+/* Two ranks, each with a CPU of its own: where the next algorithm (one-shot
+ * allreduce and reduce, the region algorithms of broadcast, allgather and
+ * reduce_scatter) overtakes the lines, per rank. Measured 2026-11-29 on the
+ * Xeon VM (tests run alternately with each algorithm forced, medians of 3
+ * launches of 3000 calls; docs/algorithms.md): beyond these the lines lost
+ * by up to 1.6x (allreduce 4 KiB 0.53-0.57 us against one-shot's
+ * 0.19-0.21 before the segment was mapped at setup, 0.21 after), which
+ * bench/sweep_peers showed as inversions at the old 4456-byte limit.
+ * 0: the default of the collective. */
+static const int64_t ll_two_ranks[KT_COLL_COUNT] = {
+    [KT_COLL_ALLREDUCE] = 384, [KT_COLL_REDUCE] = 1536, [KT_COLL_BROADCAST] = 1536,
+    [KT_COLL_ALLGATHER] = 256, [KT_COLL_REDUCE_SCATTER] = 256};
+
 static int64_t ll_limit(struct kt_comm_s *c, kt__coll coll) {
   if (ll_set) return ll_bytes[coll];
+  if (c->size == 2 && ll_two_ranks[coll] > 0 && !kt__shm_oversubscribed(c)) return ll_two_ranks[coll];
   bool all_wait = coll == KT_COLL_ALLREDUCE || coll == KT_COLL_ALLGATHER || coll == KT_COLL_REDUCE_SCATTER ||
                   coll == KT_COLL_ALLTOALL;
   if (!all_wait) return ll_bytes[coll];
@@ -267,9 +281,14 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
     if (ll > 0 && pick_idx[op->coll][PICK_SHM_LL] >= 0 && ll_fits(c, op) &&
         (op->coll == KT_COLL_BARRIER || n <= (double)ll))
       return PICK_SHM_LL;
-    if (op->coll == KT_COLL_ALLREDUCE)
-      return n <= (double)KT_MIN((size_t)kt__param_SHM_ONESHOT_BYTES(), kt__shm_region_bytes(c)) ? PICK_SHM_ONESHOT
-                                                                                                 : PICK_SHM_RSAG;
+    if (op->coll == KT_COLL_ALLREDUCE) {
+      /* Unset, 24 KiB at 2 ranks with a CPU each: reduce-scatter + allgather
+       * won from there on 2026-11-29 (32 KiB 3.65 against 3.99 us, 64 KiB
+       * 5.85 against 6.76; even from 16 to 28 KiB), one-shot below it. */
+      size_t oneshot = (size_t)kt__param_SHM_ONESHOT_BYTES();
+      if (!kt__param_set_SHM_ONESHOT_BYTES() && c->size == 2 && !kt__shm_oversubscribed(c)) oneshot = 24576;
+      return n <= (double)KT_MIN(oneshot, kt__shm_region_bytes(c)) ? PICK_SHM_ONESHOT : PICK_SHM_RSAG;
+    }
     /* Single copy through process_vm_readv/writev (docs/algorithms.md):
      * alltoall, scatter and gather from KAITIAN_SHM_CMA_BYTES per rank;
      * broadcast and allgather from that size too, where every rank has a
@@ -278,9 +297,12 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
     if (cma && n >= (double)cma_bytes &&
         (op->coll == KT_COLL_ALLTOALL || op->coll == KT_COLL_SCATTER || op->coll == KT_COLL_GATHER))
       return PICK_SHM_CMA;
-    if (cma && (op->coll == KT_COLL_BROADCAST || op->coll == KT_COLL_ALLGATHER) && n >= (double)cma_bytes &&
-        !kt__shm_oversubscribed(c))
-      return PICK_SHM_CMA;
+    /* Broadcast and allgather: the region algorithms, at every size. Single
+     * copy lost to them at 2 ranks from 16 KiB to 64 MiB on 2026-11-29
+     * (broadcast in place 16 KiB 1.83 against 0.35 us, 1 MiB 33.8 against
+     * 18.8, 64 MiB 4.45 against 2.90 ms; allgather 32 KiB 3.3 against 1.8
+     * us, 2 MiB 93 against 60, 64 MiB 6.2 against 4.8 ms) since the region
+     * broadcast became single-pass (2026-11-28); KAITIAN_ALGO still forces it. */
     /* One-shot reduce up to KAITIAN_SHM_REDUCE_ONESHOT_BYTES; unset, at 2
      * ranks at every size: the root reduces one input besides its own, and
      * the region algorithm's second phase cost more (docs/algorithms.md). */
@@ -395,6 +417,15 @@ const char *kt__algos_run(struct kt_comm_s *c, const char *coll, char *buf, size
     n += (size_t)w;
   }
   return buf;
+}
+
+const char *kt__algo_for(struct kt_comm_s *c, kt__coll coll, const void *sendbuf, void *recvbuf, size_t count,
+                         kt_dtype dtype, kt_op op, int root) {
+  kt__op o = {.coll = coll, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op,
+              .root = root};
+  int a = ll_pick(c, &o);
+  if (a < 0) a = pick(c, &o, false);
+  return a < 0 ? "none" : algos[a].name;
 }
 
 /* Out of execute's way (its registers): a failed op's error names it. */

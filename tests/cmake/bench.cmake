@@ -162,3 +162,37 @@ out=$("$1" run --no-prefix -n 4 "$1" bench -C barrier -b 8 -e 8K -f 4 2>&1) || f
 printf '%s\n' "$out" | grep -q '^# sizes 8 \.\. 8192 bytes, factor 4; ' || fail "preamble with -e on a step"
 exit 0
 ]=])
+
+# -s (additive steps) and --thresholds (where the tuner's algorithm changes),
+# and bench/sweep_peers' options and report on a few sizes, without peers
+# (its timings are a campaign of their own: make sweep).
+kt_bench_test(bench.stepbytes.np2 60 2 [=[
+out=$("$1" run --no-prefix -n 2 "$1" bench --csv -C allreduce -b 8 -e 80 -s 24 -n 5 -c 1 2>&1)
+printf '%s\n' "$out"
+sizes=$(printf '%s\n' "$out" | grep '^allreduce,' | cut -d, -f2 | tr '\n' ' ')
+[ "$sizes" = "8 32 56 80 " ] || { echo "TEST FAILED: sizes '$sizes', expected 8 32 56 80"; exit 1; }
+printf '%s\n' "$out" | grep -q '^# sizes 8 .. 80 bytes, step 24' || { echo "TEST FAILED: no step in the preamble"; exit 1; }
+out=$("$1" run --no-prefix -n 2 "$1" bench --thresholds -C allreduce,broadcast -b 8 -e 1M 2>&1)
+printf '%s\n' "$out"
+printf '%s\n' "$out" | grep -Eq '^# threshold allreduce ([0-9]+) shm_ll ([0-9]+) shm_oneshot$' || { echo "TEST FAILED: no allreduce threshold"; exit 1; }
+printf '%s\n' "$out" | grep -q '^# algorithm broadcast from 8 bytes: shm_ll$' || { echo "TEST FAILED: no broadcast start"; exit 1; }
+printf '%s\n' "$out" | grep -q '^allreduce,' && { echo "TEST FAILED: --thresholds ran the collective"; exit 1; }
+exit 0
+]=])
+add_test(NAME bench.sweep_peers_smoke COMMAND /bin/sh -c [=[
+d=$(mktemp -d) || exit 1
+trap 'rm -rf "$d"' EXIT
+"$2" "$3"/bench/sweep_peers --kaitian "$1" --ranks 2 -C allreduce,allgather --sizes 8,64 --repeat 1 --iters 20 \
+  --no-ompi --no-mpich --report-only --out "$d" > "$d/out" 2>&1 || { cat "$d/out"; echo "TEST FAILED: exit $?"; exit 1; }
+cat "$d/out"
+f=$(ls "$d"/sweep_peers-*.txt) || exit 1
+grep -q '^# ranks 2 allreduce: threshold ' "$f" || { echo "TEST FAILED: no threshold line"; exit 1; }
+grep -q '^# ranks 2 allgather per-size: ' "$f" || { echo "TEST FAILED: no per-size section"; exit 1; }
+rows=$(grep -c '^    2 allreduce *sequence ' "$f")
+[ "$rows" -ge 2 ] || { echo "TEST FAILED: $rows allreduce rows"; exit 1; }
+"$2" "$3"/bench/sweep_peers --kaitian "$1" --ranks 1 > "$d/bad" 2>&1 && { echo "TEST FAILED: --ranks 1 accepted"; exit 1; }
+grep -q 'ranks >= 2' "$d/bad" || { cat "$d/bad"; echo "TEST FAILED: no message for --ranks 1"; exit 1; }
+exit 0
+]=] kt_bench_test ${KT_CLI} /usr/bin/python3 ${PROJECT_SOURCE_DIR})
+set_tests_properties(bench.sweep_peers_smoke PROPERTIES TIMEOUT 120 LABELS "bench" PROCESSORS 2
+  ENVIRONMENT "${KT_BENCH_ENV}")

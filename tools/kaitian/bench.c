@@ -3,6 +3,7 @@
 #include "tool.h"
 
 #include "bench_data.h"
+#include "coll/coll.h" /* kt__algo_for: --thresholds */
 
 #include <errno.h>
 #include <stdbool.h>
@@ -61,15 +62,22 @@ static double bus_factor(enum bus_kind k, int n) {
 
 typedef struct options {
   uint64_t minbytes, maxbytes, factor;
+  uint64_t stepbytes;                 /* -s: add this each step instead of multiplying (0: off) */
   uint64_t iters_bytes, warmup_bytes; /* --iters-bytes, --warmup-bytes (0: off) */
   int iters, warmup, check, root;
   kt_dtype dtype;
   kt_op op;
   unsigned colls; /* bit per enum coll_id */
-  bool inplace, csv, inject, registered;
+  bool inplace, csv, inject, registered, thresholds;
 } options;
 
 #define MAX_RECORDS 10
+
+/* The size after `size`: -s adds, -f multiplies (0 steps to 1). */
+static uint64_t next_size(const options *o, uint64_t size) {
+  if (o->stepbytes) return size + o->stepbytes;
+  return size ? size * o->factor : 1;
+}
 
 typedef struct bench {
   options o;
@@ -101,6 +109,9 @@ static void print_help(FILE *f) {
       "  -b, --minbytes SIZE     smallest size in bytes (default 8)\n"
       "  -e, --maxbytes SIZE     largest size in bytes (default 32M)\n"
       "  -f, --stepfactor N      multiply the size by N each step (default 2, >= 2)\n"
+      "  -s, --stepbytes SIZE    add SIZE each step instead (every size in a range: -b 8 -e 4K -s 8)\n"
+      "  --thresholds            print where the tuner's algorithm changes between -b and -e for each\n"
+      "                          collective of -C on these ranks (one '# threshold' line each), run nothing\n"
       "  -n, --iters N           timed iterations per size (default 20)\n"
       "  -w, --warmup_iters N    untimed warm-up iterations per size (default 5)\n"
       "      --iters-bytes SIZE  at least SIZE bytes' worth of timed iterations per\n"
@@ -219,18 +230,20 @@ static bool parse_colls(const char *s, unsigned *out) {
   return true;
 }
 
-enum { OPT_B, OPT_E, OPT_F, OPT_N, OPT_W, OPT_NB, OPT_WB, OPT_D, OPT_O, OPT_R, OPT_C, OPT_COLL, OPT_I, OPT_M, OPT_CSV,
-       OPT_INJECT, OPT_HELP };
+enum { OPT_B, OPT_E, OPT_F, OPT_S, OPT_N, OPT_W, OPT_NB, OPT_WB, OPT_D, OPT_O, OPT_R, OPT_C, OPT_COLL, OPT_I, OPT_M, OPT_CSV,
+       OPT_INJECT, OPT_THRESH, OPT_HELP };
 static const struct { char shortname; const char *longname; bool arg; } optdefs[] = {
     [OPT_B] = {'b', "minbytes", true},   [OPT_E] = {'e', "maxbytes", true},
-    [OPT_F] = {'f', "stepfactor", true}, [OPT_N] = {'n', "iters", true},
+    [OPT_F] = {'f', "stepfactor", true}, [OPT_S] = {'s', "stepbytes", true},
+    [OPT_N] = {'n', "iters", true},
     [OPT_W] = {'w', "warmup_iters", true}, [OPT_NB] = {0, "iters-bytes", true},
     [OPT_WB] = {0, "warmup-bytes", true}, [OPT_D] = {'d', "datatype", true},
     [OPT_O] = {'o', "op", true},         [OPT_R] = {'r', "root", true},
     [OPT_C] = {'c', "check", true},      [OPT_COLL] = {'C', "coll", true},
     [OPT_I] = {'I', "inplace", false},   [OPT_M] = {'M', "registered", false},
     [OPT_CSV] = {0, "csv", false},
-    [OPT_INJECT] = {0, "inject-error", false}, [OPT_HELP] = {'h', "help", false}};
+    [OPT_INJECT] = {0, "inject-error", false}, [OPT_THRESH] = {0, "thresholds", false},
+    [OPT_HELP] = {'h', "help", false}};
 #define NUM_OPTS ((int)(sizeof optdefs / sizeof optdefs[0]))
 
 /* Find the option an argument names; *val gets its inline value (or NULL). */
@@ -261,6 +274,7 @@ static bool set_opt(options *o, int id, const char *name, const char *v) {
     case OPT_B: return parse_num(name, v, true, UINT64_MAX / 2, &o->minbytes);
     case OPT_E: return parse_num(name, v, true, UINT64_MAX / 2, &o->maxbytes);
     case OPT_F: return parse_num(name, v, false, 1u << 20, &o->factor);
+    case OPT_S: return parse_num(name, v, true, UINT64_MAX / 4, &o->stepbytes);
     case OPT_NB: return parse_num(name, v, true, UINT64_MAX / 2, &o->iters_bytes);
     case OPT_WB: return parse_num(name, v, true, UINT64_MAX / 2, &o->warmup_bytes);
     case OPT_D: return parse_dtype(v, &o->dtype);
@@ -314,6 +328,7 @@ static int parse_args(options *o, int argc, char **argv) {
       if (id == OPT_I) o->inplace = true;
       else if (id == OPT_M) o->registered = true;
       else if (id == OPT_CSV) o->csv = true;
+      else if (id == OPT_THRESH) o->thresholds = true;
       else o->inject = true;
       continue;
     }
@@ -545,8 +560,7 @@ static int bench_barrier(bench *b) {
 static int bench_coll(bench *b, int c) {
   size_t n = (size_t)b->nranks, unit = b->esize * (colls[c].total ? n : 1);
   print_table_head(b, c);
-  for (uint64_t size = b->o.minbytes; size <= b->o.maxbytes;
-       size = size ? size * b->o.factor : 1) {
+  for (uint64_t size = b->o.minbytes; size <= b->o.maxbytes; size = next_size(&b->o, size)) {
     size_t count = (size_t)(size / unit), bytes = count * unit;
     double us = 0;
     int64_t wrong = 0, wrong_all = 0;
@@ -566,9 +580,53 @@ static int bench_coll(bench *b, int c) {
       }
       if (b->rank == 0) print_row(b, c, bytes, count, us, algbw, busbw, b->o.check > 0, wrong_all);
     }
-    if (size > UINT64_MAX / b->o.factor) break;
+    if (size > UINT64_MAX / b->o.factor || size > UINT64_MAX - b->o.stepbytes) break;
   }
   return 0;
+}
+
+/* ---- --thresholds ------------------------------------------------------------ */
+
+static const kt__coll kcoll[C_NUM] = {
+    [C_ALLREDUCE] = KT_COLL_ALLREDUCE, [C_BROADCAST] = KT_COLL_BROADCAST, [C_REDUCE] = KT_COLL_REDUCE,
+    [C_ALLGATHER] = KT_COLL_ALLGATHER, [C_REDUCE_SCATTER] = KT_COLL_REDUCE_SCATTER,
+    [C_ALLTOALL] = KT_COLL_ALLTOALL,   [C_GATHER] = KT_COLL_GATHER,     [C_SCATTER] = KT_COLL_SCATTER,
+    [C_SENDRECV] = KT_COLL_SENDRECV,   [C_BARRIER] = KT_COLL_BARRIER,   [C_MEMCPY] = KT_COLL_BARRIER};
+
+static const char *algo_at(const bench *b, int c, size_t count) {
+  layout L = make_layout(b, c, count);
+  return kt__algo_for(b->comm, kcoll[c], L.send, L.recv, count, b->o.dtype, b->o.op, b->o.root);
+}
+
+/* Each size in [-b, -e] where the algorithm the tuner picks for collective
+ * c changes, on rank 0: the largest size of the old one and the first of
+ * the new, to the element (bisected between steps of 2x, each of which
+ * holds at most one change as the tuner's thresholds are spaced). */
+static void print_thresholds(const bench *b, int c) {
+  size_t unit = b->esize * (colls[c].total ? (size_t)b->nranks : 1);
+  size_t lo = KT_MAX((size_t)(b->o.minbytes / unit), (size_t)1), top = (size_t)(b->o.maxbytes / unit);
+  if (b->rank != 0 || c == C_BARRIER || c == C_MEMCPY || c == C_SENDRECV || top < lo) return;
+  const char *cur = algo_at(b, c, lo);
+  printf("# algorithm %s from %zu bytes: %s\n", colls[c].name, lo * unit, cur);
+  for (size_t a = lo; a < top;) {
+    size_t z = a * 2 > top ? top : a * 2;
+    const char *at_z = algo_at(b, c, z);
+    if (strcmp(at_z, cur) != 0) {
+      size_t l = a, h = z; /* algo(l) == cur, algo(h) != cur */
+      while (h - l > 1) {
+        size_t m = l + (h - l) / 2;
+        if (strcmp(algo_at(b, c, m), cur) == 0) l = m;
+        else h = m;
+      }
+      const char *next = algo_at(b, c, h);
+      printf("# threshold %s %zu %s %zu %s\n", colls[c].name, l * unit, cur, h * unit, next);
+      cur = next;
+      a = h;
+      continue;
+    }
+    a = z;
+  }
+  fflush(stdout);
 }
 
 /* ---- driver ---------------------------------------------------------------- */
@@ -579,8 +637,8 @@ static uint64_t largest_size(const options *o) {
   uint64_t size = o->minbytes, last = size;
   while (size <= o->maxbytes) {
     last = size;
-    if (size > UINT64_MAX / o->factor) break;
-    size = size ? size * o->factor : 1;
+    if (size > UINT64_MAX / o->factor || size > UINT64_MAX - o->stepbytes) break;
+    size = next_size(o, size);
   }
   return last;
 }
@@ -593,8 +651,12 @@ static void print_preamble(const bench *b) {
          "iters %d\n", b->nranks, kt__bench_dtype_name(o->dtype), kt__bench_op_name(o->op), o->root,
          o->inplace ? "yes" : "no", o->registered ? "yes" : "no", o->check, o->warmup, o->iters);
   uint64_t last = largest_size(o);
-  printf("# sizes %llu .. %llu bytes, factor %llu", (unsigned long long)o->minbytes,
-         (unsigned long long)last, (unsigned long long)o->factor);
+  if (o->stepbytes)
+    printf("# sizes %llu .. %llu bytes, step %llu", (unsigned long long)o->minbytes, (unsigned long long)last,
+           (unsigned long long)o->stepbytes);
+  else
+    printf("# sizes %llu .. %llu bytes, factor %llu", (unsigned long long)o->minbytes,
+           (unsigned long long)last, (unsigned long long)o->factor);
   if (last != o->maxbytes) printf(" (the next step would pass -e %llu)", (unsigned long long)o->maxbytes);
   printf("; time = average over the iterations of the slowest rank\n");
   if (o->iters_bytes || o->warmup_bytes)
@@ -695,6 +757,14 @@ int kt_tool_bench(int argc, char **argv) {
   if (rc) goto exit;
   rc = setup(b);
   if (rc) goto exit;
+  if (b->o.thresholds) { /* what the tuner would pick; nothing runs */
+    if (b->rank == 0)
+      printf("# kaitian bench --thresholds, %d ranks, %s: '# threshold COLL LAST_BYTES OLD FIRST_BYTES NEW'\n",
+             b->nranks, kt__bench_dtype_name(b->o.dtype));
+    for (int c = 0; c < C_NUM; c++)
+      if (b->o.colls & (1u << c)) print_thresholds(b, c);
+    goto exit;
+  }
   print_preamble(b);
   for (int c = 0; c < C_NUM && rc == 0; c++)
     if (b->o.colls & (1u << c)) rc = (c == C_BARRIER ? bench_barrier(b) : bench_coll(b, c)) ? 1 : 0;
