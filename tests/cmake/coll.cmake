@@ -155,18 +155,17 @@ foreach(np 2 3 5)
     --coll allreduce,mixed --registered all --quick)
 endforeach()
 
-# The tuner's single-copy picks (docs/algorithms.md): broadcast of 2 MiB and
-# allgather of 1 MiB per rank run shm_cma where every rank has a CPU of its
-# own (2 ranks on 2 CPUs), and so do 64 KiB (32 KiB per rank of allgather
-# and scatter, and gather); below KAITIAN_SHM_CMA_BYTES (16 KiB; 12 KiB of
-# broadcast, 6 KiB per rank of the others) the region algorithm, and 4 KiB
-# per rank of scatter and gather the small-message protocol (every line of
-# it unless KAITIAN_SHM_LL_BYTES is set; a root posts every block but its
-# own); and the
-# region algorithm where the host's ranks
-# outnumber its CPUs (the same 2 ranks confined to one CPU with taskset:
-# the tuner counts the CPUs the ranks may run on); scatter's and gather's
-# picks do not depend on that. Skipped (77) where fewer than 2 CPUs are allowed.
+# The tuner's single-copy picks (docs/algorithms.md): scatter and gather run
+# shm_cma from KAITIAN_SHM_CMA_BYTES (16 KiB per rank: 2 MiB and 64 KiB
+# here), broadcast and allgather never unless forced (the region algorithms
+# won at every size, 2026-11-29): shm at 2 MiB, 64 KiB and 12 KiB; below 16
+# KiB per rank scatter and gather the region algorithm, and 4 KiB per rank
+# of scatter and gather the small-message protocol (every line of it unless
+# KAITIAN_SHM_LL_BYTES is set; a root posts every block but its own); with
+# the host's ranks outnumbering its CPUs (the same 2 ranks confined to one
+# CPU with taskset: the tuner counts the CPUs the ranks may run on) the
+# same; scatter's and gather's picks do not depend on that. Skipped (77)
+# where fewer than 2 CPUs are allowed.
 add_test(NAME coll.tuner_cma_picks COMMAND sh -c [=[
 kt=$1; fail() { echo "TEST FAILED: $*"; exit 1; }
 [ "$(OMP_NUM_THREADS= OMP_THREAD_LIMIT= nproc)" -ge 2 ] || { echo "SKIP: fewer than 2 CPUs allowed"; exit 77; }
@@ -174,8 +173,11 @@ command -v taskset >/dev/null || { echo "SKIP: no taskset"; exit 77; }
 picks() { KAITIAN_DEBUG=INFO $1 "$kt" run -n 2 "$kt" bench -C broadcast,allgather,scatter,gather -b "$2" -e "$2" -n 1 -w 0 2>&1; }
 for size in 2M 64K; do
   out=$(picks "" $size) || fail "2 ranks: $out"
-  for c in broadcast allgather scatter gather; do
+  for c in scatter gather; do
     printf '%s\n' "$out" | grep -q "rank 0/2: $c runs algorithm shm_cma " || fail "2 ranks, $size: $c did not pick shm_cma: $(printf '%s\n' "$out" | grep 'runs algorithm')"
+  done
+  for c in broadcast allgather; do
+    printf '%s\n' "$out" | grep -q "rank 0/2: $c runs algorithm shm " || fail "2 ranks, $size: $c did not pick shm: $(printf '%s\n' "$out" | grep 'runs algorithm')"
   done
 done
 out=$(picks "" 12K) || fail "2 ranks: $out"
@@ -266,15 +268,16 @@ foreach(np 3 5)
     --coll allreduce,broadcast,reduce,allgather,gather,barrier --count 109)
 endforeach()
 
-# The tuner's small-message picks at their largest (2 ranks with a CPU
-# each): every line (4456 bytes) for broadcast, reduce, allreduce (4 KiB
-# per rank) and for allgather, gather, scatter, reduce_scatter and alltoall
-# at 8 KiB (4 KiB blocks: a rank posts every block but its own), so the
-# forced shm_ll runs above cannot have fallen back to another algorithm
-# unnoticed; with the 2 ranks on one CPU, allreduce (4 KiB per rank) and
-# reduce_scatter (2 KiB blocks) keep the region algorithms (the bench's own
-# 8-byte allreduces run shm_ll there too). Skipped (77) where fewer than 2
-# CPUs are allowed.
+# The tuner's small-message picks at 2 ranks with a CPU each, on both sides
+# of each limit (docs/algorithms.md, "Where the tuner switches"): allreduce
+# up to 384 bytes (one-shot from 388), broadcast and reduce up to 1536
+# (then the region algorithm and one-shot), allgather and reduce_scatter up
+# to 256 bytes per rank (512 in all; the region algorithm from 520), gather,
+# scatter and alltoall at 8 KiB (4 KiB blocks: every line, a rank posts
+# every block but its own); with the 2 ranks on one CPU, allreduce (4 KiB
+# per rank) and reduce_scatter (2 KiB blocks) keep the region algorithms
+# (the bench's own 8-byte allreduces run shm_ll there too). Skipped (77)
+# where fewer than 2 CPUs are allowed.
 add_test(NAME coll.tuner_ll_picks COMMAND sh -c [=[
 kt=$1; fail() { echo "TEST FAILED: $*"; exit 1; }
 [ "$(OMP_NUM_THREADS= OMP_THREAD_LIMIT= nproc)" -ge 2 ] || { echo "SKIP: fewer than 2 CPUs allowed"; exit 77; }
@@ -287,10 +290,21 @@ expect() { # OUT ALGO COLL...
       fail "$c did not pick $algo: $(printf '%s\n' "$out" | grep "$c runs algorithm")"
   done
 }
-out=$(picks "" broadcast,reduce,allreduce 4K) || fail "2 ranks: $out"
-expect "$out" shm_ll broadcast reduce allreduce
-out=$(picks "" allgather,gather,scatter,reduce_scatter,alltoall 8K) || fail "2 ranks: $out"
-expect "$out" shm_ll allgather gather scatter reduce_scatter alltoall
+out=$(picks "" broadcast,reduce 1536) || fail "2 ranks: $out"
+expect "$out" shm_ll broadcast reduce
+out=$(picks "" broadcast,reduce 1540) || fail "2 ranks: $out"
+expect "$out" shm broadcast
+expect "$out" shm_oneshot reduce
+out=$(picks "" allreduce 384) || fail "2 ranks: $out"
+expect "$out" shm_ll allreduce
+out=$(picks "" allreduce 388) || fail "2 ranks: $out"
+expect "$out" shm_oneshot allreduce
+out=$(picks "" allgather,reduce_scatter 512) || fail "2 ranks: $out"
+expect "$out" shm_ll allgather reduce_scatter
+out=$(picks "" allgather,reduce_scatter 520) || fail "2 ranks: $out"
+expect "$out" shm allgather reduce_scatter
+out=$(picks "" gather,scatter,alltoall 8K) || fail "2 ranks: $out"
+expect "$out" shm_ll gather scatter alltoall
 out=$(picks "taskset -c 0" allreduce,reduce_scatter 4K) || fail "2 ranks on one CPU: $out"
 expect "$out" shm_oneshot allreduce
 expect "$out" shm reduce_scatter

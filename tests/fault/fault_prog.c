@@ -610,6 +610,7 @@ static int scenario_mismatch(kt_comm comm) {
   } else if (!strcmp(kind, "bcastroot1")) {
     bcast = true;
     root = 1;
+    count = count1 = 64; /* 256 bytes: the small-message protocol for both calls at 2 ranks */
   } else if (!strcmp(kind, "count")) {
     count1 = 200;
   } else if (!strcmp(kind, "smallsendonly") || !strcmp(kind, "smallstream")) {
