@@ -25,7 +25,9 @@ nothing.
 import collections
 import ctypes
 import os
+import sys
 import threading
+import traceback
 
 import torch
 
@@ -86,6 +88,25 @@ class Stager:
                 self.thread = threading.Thread(target=self._run, name="kaitian-staging", daemon=True)
                 self.thread.start()
             self.cv.notify_all()
+
+    def run_and_wait(self, fn):
+        """Queue fn behind the jobs before it, wait for it on this thread;
+        its result, or its exception raised here."""
+        box = {}
+        done = threading.Event()
+
+        def job():
+            try:
+                box["value"] = fn()
+            except BaseException as e:  # noqa: BLE001 - raised on the caller's thread
+                box["exc"] = e
+            finally:
+                done.set()
+        self.submit(job)
+        done.wait()
+        if "exc" in box:
+            raise box["exc"]
+        return box.get("value")
 
     def _run(self):
         while True:
@@ -220,21 +241,7 @@ class DevicePath:
                 finally:
                     self.stager.end_inline()
             else:
-                box = {}
-                done = threading.Event()
-
-                def job():
-                    try:
-                        box["fence"] = execute()
-                    except BaseException as e:  # noqa: BLE001 - raised on the caller's thread
-                        box["exc"] = e
-                    finally:
-                        done.set()
-                self.stager.submit(job)
-                done.wait()
-                if "exc" in box:
-                    raise box["exc"]
-                fence = box.get("fence")
+                fence = self.stager.run_and_wait(execute)
             if copies is not None and fence is not None:
                 copies.order_caller(fence)
             if after is not None:
@@ -261,17 +268,9 @@ class DevicePath:
                     after()
                 except Exception as e:  # noqa: BLE001
                     exc = exc or e
-            pending.exc = exc
-            pending.keep = None
-            counter.add(-1)
             ctx = copies.on_up() if copies is not None else S._Nothing()
             with ctx:  # a device future records its event on the copy-up stream
-                try:
-                    fut.set_result(result if exc is None else C._Failure(exc))
-                except Exception:  # noqa: BLE001 - a user callback failed
-                    import sys
-                    import traceback
-                    sys.stderr.write("kaitian backend: a future callback raised:\n" + traceback.format_exc())
+                complete(pending, fut, result, exc, counter)
         self.stager.submit(job)
         return work
 
@@ -403,6 +402,19 @@ class DevicePath:
             return plan, back, blocks
         return self._issue(mode, result, what, copies, build, [t], after)
 
+    def _buffers(self, copies, wi, wo, n_in, n_out, work):
+        """(input address, output address, host views of each or None, host
+        blocks) for an op of n_in elements in and n_out out: the tensors'
+        own memory (copies None), else host blocks."""
+        if copies is None:
+            empty = wi.numel() == 0
+            return (T.EMPTY_PTR if empty else wi.data_ptr(), T.EMPTY_PTR if empty else wo.data_ptr(),
+                    None, None, [])
+        es = wi.element_size()
+        bi, bo = self._host(copies, n_in * es), self._host(copies, n_out * es)
+        return (bi.ptr, bo.ptr, bi.tensor[:n_in * es].view(work), bo.tensor[:n_out * es].view(work),
+                [bi, bo])
+
     def allgather(self, out, inp, result, what, mode):
         """all_gather_into_tensor: out holds size x inp's elements."""
         work, dt, k = self._move_kinds(inp.dtype)
@@ -419,17 +431,7 @@ class DevicePath:
             wo, back = self._work(out, work, copies, True)
             n, es = wi.numel(), wi.element_size()
             cuts = self._pieces(n, es)
-            blocks = []
-            if copies is None:
-                ib = wi.data_ptr() if n else T.EMPTY_PTR
-                ob = wo.data_ptr() if n else T.EMPTY_PTR
-                hi = ho = None
-            else:
-                bi, bo = self._host(copies, n * es), self._host(copies, p * n * es)
-                blocks += [bi, bo]
-                ib, ob = bi.ptr, bo.ptr
-                hi = bi.tensor[:n * es].view(work)
-                ho = bo.tensor[:p * n * es].view(work)
+            ib, ob, hi, ho, blocks = self._buffers(copies, wi, wo, n, p * n, work)
             plan = []
             for a, b in cuts:
                 m = b - a
@@ -458,17 +460,7 @@ class DevicePath:
             wo, back = self._work(out, work, copies, True)
             n, es = wo.numel(), wo.element_size()
             cuts = self._pieces(n, es)
-            blocks = []
-            if copies is None:
-                ib = wi.data_ptr() if n else T.EMPTY_PTR
-                ob = wo.data_ptr() if n else T.EMPTY_PTR
-                hi = ho = None
-            else:
-                bi, bo = self._host(copies, p * n * es), self._host(copies, n * es)
-                blocks += [bi, bo]
-                ib, ob = bi.ptr, bo.ptr
-                hi = bi.tensor[:p * n * es].view(work)
-                ho = bo.tensor[:n * es].view(work)
+            ib, ob, hi, ho, blocks = self._buffers(copies, wi, wo, p * n, n, work)
             plan = []
             for a, b in cuts:
                 m = b - a
@@ -482,6 +474,18 @@ class DevicePath:
                 plan.append(S.Piece(down, fn, up))
             return plan, back, blocks
         return self._issue(mode, result, what, copies, build, [out, inp])
+
+
+def complete(pending, fut, result, exc, counter):
+    """An op run on a staging thread is over: record its error, release what
+    it kept, complete its future (on the caller's current streams)."""
+    pending.exc = exc
+    pending.keep = None
+    counter.add(-1)
+    try:
+        fut.set_result(result if exc is None else C._Failure(exc))
+    except Exception:  # noqa: BLE001 - a user callback failed
+        sys.stderr.write("kaitian backend: a future callback raised:\n" + traceback.format_exc())
 
 
 def _op(blocking, nonblocking, args, comm):

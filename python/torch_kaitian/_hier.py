@@ -267,24 +267,12 @@ class Hierarchy:
                     self.stager.end_inline()
                 return _DoneWork(result)
             ctx = self._stream_for(t)
-            box = {}
-            import threading
-            done = threading.Event()
 
             def job():
-                try:
-                    with ctx:
-                        chain()
-                        box["fence"] = _fence(t)
-                except BaseException as e:  # noqa: BLE001 - raised on the caller's thread
-                    box["exc"] = e
-                finally:
-                    done.set()
-            self.stager.submit(job)
-            done.wait()
-            if "exc" in box:
-                raise box["exc"]
-            _order_after(t, box.get("fence"))
+                with ctx:
+                    chain()
+                    return _fence(t)
+            _order_after(t, self.stager.run_and_wait(job))
             return _DoneWork(result)
         ctx = self._stream_for(t)
         fut, user = C.new_op_futures(result)
@@ -300,15 +288,7 @@ class Hierarchy:
                     chain()
                 except Exception as e:  # noqa: BLE001 - handed to the waiter
                     exc = e
-                pending.exc = exc
-                pending.keep = None
-                counter.add(-1)
-                try:
-                    fut.set_result(result if exc is None else C._Failure(exc))
-                except Exception:  # noqa: BLE001 - a user callback failed
-                    import sys
-                    import traceback
-                    sys.stderr.write("kaitian backend: a future callback raised:\n" + traceback.format_exc())
+                _devpath.complete(pending, fut, result, exc, counter)
         self.stager.submit(job)
         return work
 
