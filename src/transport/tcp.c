@@ -24,6 +24,7 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/random.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -64,12 +65,15 @@ struct probe {
 };
 #define PROBE_BYTES(n) (offsetof(struct probe, hop) + (size_t)(n) * sizeof(struct probe_hop))
 
+/* The first bytes of every mesh connection, from the connecting (higher)
+ * rank. token: the communicator's random token (rank 0's kt__tcp_addr.token),
+ * which only the job can read; compared in constant time. */
 struct hello {
   uint32_t magic;
   uint32_t kind;
   int32_t rank;
   uint32_t lane; /* CONN_DATA: which of the pair's data connections */
-  uint64_t token;
+  uint8_t token[KT_TCP_TOKEN_BYTES];
 };
 
 struct ctrl_frame {
@@ -145,7 +149,7 @@ struct kt__tcp {
   struct peer *peers;
   struct pollfd *pfds; /* scratch for poll: 2 per peer + abort fd */
   int *pfd_peer;
-  uint64_t token;
+  uint8_t token[KT_TCP_TOKEN_BYTES]; /* the hello token (set by kt__tcp_mesh) */
   kt__sig hist[KT_TCP_HIST];      /* recent collectives, by seq % KT_TCP_HIST */
   int64_t next_status_ns;         /* when the op in progress sends its next status notice */
   int64_t status_gap_ns;
@@ -1317,6 +1321,16 @@ kt_result kt__tcp_listen(int rank, int size, int share, kt__tcp_addr *me, int *l
     return res;
   }
   me->port = ntohs(sa.sin_port);
+  for (size_t got = 0; got < sizeof me->token;) {
+    ssize_t r = getrandom(me->token + got, sizeof me->token - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      res = kt__err(KT_ERR_SYSTEM, "rank %d: getrandom for the connection token: %s", rank, strerror(errno));
+      close(fd);
+      return res;
+    }
+    got += (size_t)r;
+  }
   me->pid = (int32_t)getpid();
   me->lanes = choose_lanes(rank, size, share);
   if (gethostname(me->host, sizeof me->host) != 0) snprintf(me->host, sizeof me->host, "?");
@@ -1335,7 +1349,6 @@ kt_result kt__tcp_create(struct kt_comm_s *c, int listen_fd) {
   t->nranks = c->size;
   t->spin_ns = KT_MIN(KT_MAX(kt__param_TCP_SPIN_NS(), (int64_t)0), TCP_SPIN_CAP_NS);
   t->listen_fd = listen_fd;
-  t->token = kt__fnv1a_str(KT_FNV1A_BASIS, c->prefix);
   t->peers = kt__calloc((size_t)c->size, sizeof *t->peers);
   size_t npfd = (size_t)(kt__tcp_lanes_param() + 1) * (size_t)c->size + 1; /* lanes + ctrl per peer, abort */
   t->pfds = kt__calloc(npfd, sizeof *t->pfds);
@@ -1368,7 +1381,8 @@ static kt_result connect_one(struct kt_comm_s *c, const kt__tcp_addr *a, int pee
     int r;
     KT_SYSCALL_RETRY(r, connect(fd, (struct sockaddr *)&sa, sizeof sa));
     if (r == 0) {
-      struct hello h = {HELLO_MAGIC, kind, c->rank, lane, c->tcp->token};
+      struct hello h = {HELLO_MAGIC, kind, c->rank, lane, {0}};
+      memcpy(h.token, c->tcp->token, sizeof h.token);
       if (kt__write_full(fd, &h, sizeof h) == 0) {
         *out = fd;
         return KT_SUCCESS;
@@ -1384,16 +1398,46 @@ static kt_result connect_one(struct kt_comm_s *c, const kt__tcp_addr *a, int pee
   }
 }
 
-/* Is h the hello of a higher rank of this communicator, for a connection it
- * has (its control one, or one of the pair's data lanes)? */
-static bool hello_ok(const struct kt_comm_s *c, const struct hello *h) {
-  const struct kt__tcp *t = c->tcp;
-  return h->magic == HELLO_MAGIC && h->token == t->token && h->rank > c->rank && h->rank < c->size &&
-         (h->kind == CONN_DATA || h->kind == CONN_CTRL) &&
-         (h->kind != CONN_DATA || h->lane < (uint32_t)t->peers[h->rank].nlanes);
+/* a == b over n bytes, in time that does not depend on where they differ. */
+static bool same_token(const uint8_t *a, const uint8_t *b, size_t n) {
+  volatile uint8_t d = 0;
+  for (size_t i = 0; i < n; i++) d |= (uint8_t)(a[i] ^ b[i]);
+  return d == 0;
 }
 
-/* Accept until every higher rank has connected all its sockets. */
+/* NULL when h is the hello of a higher rank of this communicator for a
+ * connection it has yet to make (its control one, or one of the pair's data
+ * lanes); else why not. The token is checked before anything it protects. */
+static const char *hello_problem(const struct kt_comm_s *c, const struct hello *h) {
+  const struct kt__tcp *t = c->tcp;
+  if (h->magic != HELLO_MAGIC) return "not a KaiTian hello";
+  if (!same_token(h->token, t->token, sizeof t->token)) return "wrong token";
+  if (h->rank <= c->rank || h->rank >= c->size) return "rank out of place";
+  if (h->kind != CONN_DATA && h->kind != CONN_CTRL) return "unknown connection kind";
+  if (h->kind == CONN_DATA && h->lane >= (uint32_t)t->peers[h->rank].nlanes) return "lane out of range";
+  int fd = h->kind == CONN_DATA ? t->peers[h->rank].lane[h->lane].fd : t->peers[h->rank].ctrl_fd;
+  if (fd >= 0) return "its connection is made already (a replayed hello)";
+  return NULL;
+}
+
+/* "10.0.0.2:41234" for a peer address (an unknown family: "?"). */
+static void format_addr(const struct sockaddr_storage *ss, char *buf, size_t cap) {
+  char ip[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+    port = ntohs(a->sin_port);
+  } else if (ss->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+    port = ntohs(a->sin6_port);
+  }
+  snprintf(buf, cap, "%s:%d", ip, port);
+}
+
+/* Accept until every higher rank has connected all its sockets. Anything
+ * else that connects is closed with one WARN line naming its address. */
 static kt_result accept_all(struct kt_comm_s *c, int64_t deadline) {
   struct kt__tcp *t = c->tcp;
   int need = 0;
@@ -1408,26 +1452,28 @@ static kt_result accept_all(struct kt_comm_s *c, int64_t deadline) {
     KT_SYSCALL_RETRY(r, poll(&pfd, 1, (int)KT_MIN(left, 1000)));
     if (r <= 0) continue;
     int fd;
-    KT_SYSCALL_RETRY(fd, accept4(t->listen_fd, NULL, NULL, SOCK_CLOEXEC));
+    struct sockaddr_storage from;
+    socklen_t fromlen = sizeof from;
+    memset(&from, 0, sizeof from);
+    KT_SYSCALL_RETRY(fd, accept4(t->listen_fd, (struct sockaddr *)&from, &fromlen, SOCK_CLOEXEC));
     if (fd < 0) continue;
     struct hello h;
     /* A peer that connected sends its hello at once; do not let a stray
      * connection stall us. */
     struct timeval tv = {2, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (kt__read_full(fd, &h, sizeof h) != 0 || !hello_ok(c, &h)) {
-      KT_WARN("rank %d: dropped a connection that is not a peer of this communicator", c->rank);
+    const char *why = kt__read_full(fd, &h, sizeof h) != 0 ? "no complete hello within 2 s" : hello_problem(c, &h);
+    if (why) {
+      char addr[INET6_ADDRSTRLEN + 8];
+      format_addr(&from, addr, sizeof addr);
+      KT_WARN("rank %d: closed a connection from %s to communicator '%s': %s; the job goes on",
+              kt__rank_label(c, c->rank), addr, c->prefix, why);
       close(fd);
       continue;
     }
     tv = (struct timeval){0, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     int *slot = h.kind == CONN_DATA ? &t->peers[h.rank].lane[h.lane].fd : &t->peers[h.rank].ctrl_fd;
-    if (*slot >= 0) {
-      KT_WARN("rank %d: duplicate connection from rank %d dropped", c->rank, h.rank);
-      close(fd);
-      continue;
-    }
     *slot = fd;
     need--;
   }
@@ -1437,6 +1483,7 @@ static kt_result accept_all(struct kt_comm_s *c, int64_t deadline) {
 kt_result kt__tcp_mesh(struct kt_comm_s *c, const kt__tcp_addr *all) {
   struct kt__tcp *t = c->tcp;
   int64_t deadline = kt__now_ns() + kt__param_CONNECT_TIMEOUT() * 1000000;
+  memcpy(t->token, all[0].token, sizeof t->token);
   /* Lanes: one to a rank of this host (nothing to gain over loopback), else
    * the smaller KAITIAN_NSOCKS of the two ends, so both count the same. */
   for (int j = 0; j < c->size; j++)

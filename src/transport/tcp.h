@@ -5,6 +5,8 @@
 
 #include "comm.h"
 
+#define KT_TCP_TOKEN_BYTES 16 /* 128 bits */
+
 /* What a rank publishes so that peers can connect to it. Fixed size, plain
  * data, so it can travel through the store or an allgather. */
 typedef struct kt__tcp_addr {
@@ -15,6 +17,11 @@ typedef struct kt__tcp_addr {
   char host[64];
   char hostid[104]; /* hostname/boot id: ranks with equal ids share a host */
   uint64_t shm_owed; /* kt__shm_owed() when it was made (set by the caller) */
+  /* Random (getrandom), drawn by kt__tcp_listen. Rank 0's becomes the
+   * communicator's hello token: every connection of the mesh must present
+   * it. It travels only through the store (which only holders of the job
+   * secret read) or the parent communicator's own connections (a split). */
+  uint8_t token[KT_TCP_TOKEN_BYTES];
 } kt__tcp_addr;
 
 /* Open a listening socket on the chosen interface and describe it in *me
@@ -26,7 +33,10 @@ KT_INTERNAL kt_result kt__tcp_listen(int rank, int size, int share, kt__tcp_addr
 KT_INTERNAL kt_result kt__tcp_create(struct kt_comm_s *c, int listen_fd);
 /* KAITIAN_NSOCKS, checked: data connections per pair of ranks on two hosts. */
 KT_INTERNAL int kt__tcp_lanes_param(void);
-/* Connect to every peer given everyone's address; fills c->peer_host/pid. */
+/* Connect to every peer given everyone's address (all[0].token is the
+ * communicator's hello token); fills c->peer_host/pid. A connection that
+ * does not present the token, claims a rank out of place or a lane already
+ * connected is closed and logged at WARN with its address; the mesh goes on. */
 KT_INTERNAL kt_result kt__tcp_mesh(struct kt_comm_s *c, const kt__tcp_addr *all);
 
 #endif /* KT_TCP_H */

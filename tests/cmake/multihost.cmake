@@ -24,6 +24,13 @@ if(TARGET coll_test)
     SKIP_RETURN_CODE 77 LABELS "multihost")
 endif()
 
+# A process outside the job connects to a rank's data port with the old
+# predictable hello token and with a random one: rejected, one WARN line
+# each naming its address, the job's results exact (tests/multihost/stranger.sh).
+add_test(NAME multihost.netns.stranger COMMAND sh ${KT_MULTIHOST_DIR}/stranger.sh ${KT_CLI})
+set_tests_properties(multihost.netns.stranger PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE
+  SKIP_RETURN_CODE 77 LABELS "multihost")
+
 if(TARGET fault_prog)
   add_test(NAME multihost.netns.kill
     COMMAND sh ${KT_MULTIHOST_DIR}/netns.sh ${KT_CLI} kill $<TARGET_FILE:fault_prog>)

@@ -1,6 +1,6 @@
 /* fuzz_tcp.c - libFuzzer harness for what the TCP transport decodes from a
  * peer (src/transport/tcp.c, included here to reach its static functions):
- * the hello of a new connection (hello_ok), message headers and striped
+ * the hello of a new connection (hello_problem: token, rank, lane, replay), message headers and striped
  * payloads on the data lanes (advance_recvs, check_header), and the control
  * stream's frames: goodbye, abort notice, status notice, send-wait notice,
  * cycle probe (handle_ctrl, check_status, check_sendwait, handle_probe).
@@ -24,7 +24,8 @@
  *   7-8: tag; 9-11: message length (at most 300,000 bytes); 12-13: control bytes
  *   data records: lane (byte), length (2 bytes), bytes.
  * Hello mode: the rest is a struct hello whose token is XORed with the
- * communicator's (0 is the right token).
+ * communicator's (0 is the right token), then a byte whose bit 0 pretends
+ * the connection it names is made already (a replay).
  * Checks besides crashes and sanitizer reports: an accepted hello names a
  * higher rank of the communicator and a lane it has; every error is a known
  * code with a message; a received message never reports more bytes than its
@@ -44,13 +45,28 @@ static void hello_mode(struct kt_comm_s *c, const uint8_t *p, size_t n) {
   struct hello h;
   memset(&h, 0, sizeof h);
   memcpy(&h, p, KT_MIN(n, sizeof h));
-  h.token ^= c->tcp->token;
-  if (!hello_ok(c, &h)) return;
-  check(h.magic == HELLO_MAGIC && h.token == c->tcp->token, "the magic and the token");
-  check(h.rank > c->rank && h.rank < c->size, "a higher rank of the communicator");
-  check(h.kind == CONN_CTRL || (h.kind == CONN_DATA && h.lane < (uint32_t)c->tcp->peers[h.rank].nlanes &&
-                                h.lane < KT_TCP_MAX_LANES),
-        "a connection the pair has");
+  for (size_t i = 0; i < sizeof h.token; i++) h.token[i] ^= c->tcp->token[i];
+  /* Some lanes already connected: a hello for one of them is a replay. */
+  if (n > sizeof h && (p[sizeof h] & 1) && h.rank > 0 && h.rank < c->size) {
+    if (h.kind == CONN_CTRL) c->tcp->peers[h.rank].ctrl_fd = 0;
+    else if (h.lane < KT_TCP_MAX_LANES) c->tcp->peers[h.rank].lane[h.lane].fd = 0;
+  }
+  const char *why = hello_problem(c, &h);
+  if (why) {
+    check(why[0] != '\0', "a rejection says why");
+  } else {
+    check(h.magic == HELLO_MAGIC && memcmp(h.token, c->tcp->token, sizeof h.token) == 0, "the magic and the token");
+    check(h.rank > c->rank && h.rank < c->size, "a higher rank of the communicator");
+    check(h.kind == CONN_CTRL || (h.kind == CONN_DATA && h.lane < (uint32_t)c->tcp->peers[h.rank].nlanes &&
+                                  h.lane < KT_TCP_MAX_LANES),
+          "a connection the pair has");
+    int fd = h.kind == CONN_CTRL ? c->tcp->peers[h.rank].ctrl_fd : c->tcp->peers[h.rank].lane[h.lane].fd;
+    check(fd < 0, "a connection not yet made");
+  }
+  for (int r = 0; r < c->size; r++) { /* undo the pretend connections */
+    c->tcp->peers[r].ctrl_fd = -1;
+    for (int l = 0; l < KT_TCP_MAX_LANES; l++) c->tcp->peers[r].lane[l].fd = -1;
+  }
 }
 
 /* The lane bytes written, for the content check (lane 0 only). */
@@ -74,6 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   snprintf(c.prefix, sizeof c.prefix, "fuzz/tcp");
   if (kt__tcp_create(&c, -1) != KT_SUCCESS) abort();
   struct kt__tcp *t = c.tcp;
+  for (size_t i = 0; i < sizeof t->token; i++) t->token[i] = (uint8_t)(0x5a + 7 * i); /* a fixed token */
   for (int i = 1; i < nranks; i++) t->peers[i].nlanes = i == 1 ? lanes : 1;
   if (mode == 0) {
     hello_mode(&c, data + HEAD, size - HEAD);
