@@ -325,6 +325,15 @@ KT_API kt_result kt_reduce_scatter(const void *sendbuf, void *recvbuf, size_t re
 KT_API kt_result kt_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
                                     kt_dtype dtype, kt_op op, kt_comm comm, kt_request *req);
 
+/* Uneven blocks (MPI_Reduce_scatter): sendbuf holds the sum of recvcounts
+ * elements, block r (recvcounts[r] elements, after the blocks of the ranks
+ * before r) reduced into rank r's recvbuf; a count may be 0. In place:
+ * recvbuf == sendbuf + the counts before this rank's. */
+KT_API kt_result kt_reduce_scatterv(const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                                    kt_dtype dtype, kt_op op, kt_comm comm);
+KT_API kt_result kt_ireduce_scatterv(const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                                     kt_dtype dtype, kt_op op, kt_comm comm, kt_request *req);
+
 /* root's recvbuf holds size * sendcount elements (NULL allowed elsewhere). */
 KT_API kt_result kt_gather(const void *sendbuf, void *recvbuf, size_t sendcount, kt_dtype dtype,
                            int root, kt_comm comm);

@@ -18,16 +18,16 @@ from ._completion import KaitianError
 from ._device import (device, global_rank, global_world_size, local_device_count, manual_seed,
                       set_device)
 from ._tensors import KaitianUnsupported
-from .hetero import (HeteroDDP, HeteroPlan, HeteroSampler, capabilities, measure_capability,
-                     plan, shares, weighted_mean)
+from .hetero import (HeteroDDP, HeteroPlan, HeteroSampler, capabilities, max_local_batch,
+                     measure_capability, memory_per_sample, plan, shares, weighted_mean)
 from ._launch import init_process_group, job_from_env
 from .process_group import ProcessGroupKaitian
 
 __all__ = ["ProcessGroupKaitian", "KaitianError", "KaitianUnsupported", "BACKEND", "device",
            "global_rank", "global_world_size", "local_device_count", "manual_seed", "set_device",
            "library_path", "core_version", "measure_capability", "capabilities", "HeteroSampler",
-           "HeteroDDP", "HeteroPlan", "plan", "weighted_mean", "shares", "init_process_group",
-           "job_from_env"]
+           "HeteroDDP", "HeteroPlan", "plan", "weighted_mean", "shares", "memory_per_sample",
+           "max_local_batch", "init_process_group", "job_from_env"]
 
 BACKEND = "kaitian"
 library_path = _lib.path

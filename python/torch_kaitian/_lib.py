@@ -152,6 +152,7 @@ _COLL = {
     "allgather": (c_void_p, c_void_p, c_size_t, c_int, c_void_p),
     "allgatherv": (c_void_p, c_size_t, c_void_p, P(c_size_t), P(c_size_t), c_int, c_void_p),
     "reduce_scatter": (c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p),
+    "reduce_scatterv": (c_void_p, c_void_p, P(c_size_t), c_int, c_int, c_void_p),
     "gather": (c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p),
     "scatter": (c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p),
     "alltoall": (c_void_p, c_void_p, c_size_t, c_int, c_void_p),

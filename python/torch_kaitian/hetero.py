@@ -31,11 +31,12 @@ from ._device import _collective_device as _coll_device
 from .planner import StepCurve, decide, equalize, predict, scale, speed_order
 
 __all__ = ["measure_capability", "capabilities", "plan", "HeteroPlan", "HeteroSampler",
-           "HeteroDDP", "weighted_mean", "shares"]
+           "HeteroDDP", "weighted_mean", "shares", "memory_per_sample", "max_local_batch"]
 
 _ENV_CAPS = "KAITIAN_CAPABILITIES"
 _last_caps = None    # the figures of the last measure_capability (a list of floats)
 _last_curves = None  # and its step-time curves (planner.StepCurve per rank)
+_last_max_batch = None  # the last max_local_batch() (a list of ints per rank)
 
 
 # ---- helpers ---------------------------------------------------------------------------
@@ -324,6 +325,76 @@ def _resize(obj, have, want):
     if isinstance(obj, dict):
         return {k: _resize(v, have, want) for k, v in obj.items()}
     return obj
+
+
+# ---- memory per sample -------------------------------------------------------------------
+
+def _bytes_of(t):
+    return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
+
+
+def memory_per_sample(model, sample, loss_fn=None):
+    """Bytes of activations that one sample keeps alive from forward to
+    backward on this rank: what autograd saves for backward in one forward
+    (and loss) of `sample`, counted by saved-tensor hooks (any device; the
+    parameters, which every batch shares, are not counted), divided by the
+    sample's batch size. Nothing is communicated; the model is not changed."""
+    if isinstance(model, DistributedDataParallel):
+        model = model.module
+    dev = _model_device(model)
+    sample = _to(sample, dev)
+    if loss_fn is not None:
+        inputs, target = sample
+    else:
+        inputs, target = sample, None
+    first = _first_tensor(inputs)
+    if first is None or first.dim() == 0 or first.shape[0] == 0:
+        raise ValueError(f"rank {_world()[0]}: memory_per_sample: the sample has no batch "
+                         f"(dim 0 of its first tensor)")
+    params = {p.data_ptr() for p in model.parameters()}
+    seen, total = set(), [0]
+
+    def pack(t):
+        key = (t.data_ptr(), t.numel(), t.dtype)
+        if t.data_ptr() not in params and key not in seen:
+            seen.add(key)
+            total[0] += _bytes_of(t)
+        return t
+
+    args = inputs if isinstance(inputs, (list, tuple)) else (inputs,)
+    with torch.random.fork_rng(devices=[dev.index or 0] if dev.type == "cuda" else []):
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = model(*args)
+            loss = loss_fn(out, target) if loss_fn is not None else _scalar_loss(out)
+    total[0] += sum(_bytes_of(t) for t in _flat_tensors(out)) + _bytes_of(loss)
+    return total[0] / int(first.shape[0])
+
+
+def _flat_tensors(out):
+    found = []
+    _map_tensors(out, lambda t: found.append(t) or t)
+    return found
+
+
+def max_local_batch(model, sample, loss_fn=None, headroom=0.8, group=None):
+    """The most samples each rank of `group` can run in one forward and
+    backward: headroom x its free memory (parallel._memory.free_memory: the
+    device's, or the host's shared among its CPU ranks, measured now, after
+    the model and optimizer are placed) over memory_per_sample. A list in
+    rank order, the same on every rank (a collective), kept for
+    HeteroSampler(max_local_batch="memory")."""
+    global _last_max_batch
+    from .parallel._memory import free_memory
+    if not 0 < headroom <= 1:
+        raise ValueError(f"rank {_world()[0]}: max_local_batch: headroom must be in (0, 1], not "
+                         f"{headroom!r}")
+    per = memory_per_sample(model, sample, loss_fn)
+    free = free_memory(_model_device(model.module if isinstance(model, DistributedDataParallel)
+                                     else model), group)
+    pers = _gather_floats([per], group)
+    out = [max(1, int(headroom * f // max(p[0], 1.0))) for f, p in zip(free, pers)]
+    _last_max_batch = out
+    return list(out)
 
 
 def _gather_floats(values, group):
@@ -672,7 +743,8 @@ class HeteroSampler(Sampler):
     """
 
     def __init__(self, dataset, global_batch_size, shuffle=True, seed=0, drop_last=False,
-                 capabilities=None, rank=None, world_size=None, group=None, plan=None):
+                 capabilities=None, rank=None, world_size=None, group=None, plan=None,
+                 max_local_batch=None):
         if plan is not None and (capabilities is not None or group is not None):
             raise ValueError(f"rank {_world()[0]}: HeteroSampler: give plan= or "
                              f"capabilities=/group=, not both")
@@ -709,6 +781,52 @@ class HeteroSampler(Sampler):
         else:
             self._steps = [b] * full + [tail]
         self._set_shares(shares(b, self.capabilities))
+        self.max_local_batch = self._resolve_max(max_local_batch, who)
+
+    def _resolve_max(self, value, who):
+        if value is None:
+            return None
+        if value == "memory":
+            if _last_max_batch is None:
+                raise ValueError(f"{who}: max_local_batch='memory' takes this rank's limit from "
+                                 f"torch_kaitian.max_local_batch(model, sample), which has not "
+                                 f"run (call it on every rank first, or give an int)")
+            if len(_last_max_batch) != self.world_size:
+                raise ValueError(f"{who}: max_local_batch='memory': the last "
+                                 f"max_local_batch() measured {len(_last_max_batch)} ranks, not "
+                                 f"{self.world_size}")
+            return int(_last_max_batch[self.rank])
+        if isinstance(value, (bool, str)) or not isinstance(value, (int, float)) or \
+                int(value) != value or value < 1:
+            raise ValueError(f"{who}: max_local_batch must be None, 'memory' or an integer >= 1, "
+                             f"not {value!r}")
+        return int(value)
+
+    def micro_counts(self, step, rank=None):
+        """How many micro-batches `rank` (default: this one) runs step `step`
+        in: ceil(share / max_local_batch), at least 1 (an empty share runs one
+        empty micro-batch). Each rank has its own limit; the count of another
+        rank is computed with this rank's limit, so ask each rank for its own."""
+        n = self.step_shares(step)[self.rank if rank is None else rank]
+        if self.max_local_batch is None or n == 0:
+            return 1
+        return -(-n // self.max_local_batch)
+
+    def micro_batches(self, batch):
+        """This rank's batch of a step cut along dim 0 into
+        ceil(n / max_local_batch) micro-batches as even as can be (sizes differ
+        by at most 1), each small enough to run; [batch] when it fits (or
+        without a limit). Give them to HeteroDDP.micro_steps()."""
+        n = _batch_len(batch)
+        if self.max_local_batch is None or n <= self.max_local_batch:
+            return [batch]
+        k = -(-n // self.max_local_batch)
+        sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+        out, lo = [], 0
+        for m in sizes:
+            out.append(_slice_batch(batch, lo, lo + m))
+            lo += m
+        return out
 
     def _set_shares(self, full):
         self.full_shares = list(full)
@@ -842,6 +960,32 @@ class _StepBatches(Sampler):
         return self.parent.num_steps
 
 
+def _batch_len(batch):
+    t = _first_tensor(batch)
+    if t is None or t.dim() == 0:
+        raise ValueError(f"rank {_world()[0]}: HeteroSampler.micro_batches: the batch has no "
+                         f"tensor with a batch dimension")
+    return int(t.shape[0])
+
+
+def _slice_batch(x, lo, hi):
+    """Rows lo:hi of every tensor in a batch (lists of per-sample values too)."""
+    if isinstance(x, torch.Tensor):
+        return x[lo:hi] if x.dim() > 0 else x
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return dataclasses.replace(x, **{f.name: _slice_batch(getattr(x, f.name), lo, hi)
+                                         for f in dataclasses.fields(x) if f.init})
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(_slice_batch(v, lo, hi) for v in x))
+    if isinstance(x, (list, tuple)):
+        if x and not any(isinstance(v, (torch.Tensor, list, tuple, dict)) for v in x):
+            return type(x)(x[lo:hi])  # one entry per sample (strings)
+        return type(x)(_slice_batch(v, lo, hi) for v in x)
+    if isinstance(x, dict):
+        return {k: _slice_batch(v, lo, hi) for k, v in x.items()}
+    return x
+
+
 def _empty_like(x):
     if isinstance(x, torch.Tensor):
         return x[:0] if x.dim() > 0 else x.reshape(1)[:0]
@@ -885,6 +1029,24 @@ class _CountState:
             self.work.wait()
             self.total = int(round(float(self.count.item())))
         return self.p * self.n / self.total if self.total > 0 else 0.0
+
+
+class _MicroState:
+    """A micro-batch of n samples in a step counted by `step` (a _CountState
+    of this rank's whole step): weight p * n / N."""
+
+    __slots__ = ("step", "n", "wrapped")
+
+    def __init__(self, step, n):
+        self.step, self.n = step, n
+
+    @property
+    def total(self):
+        return self.step.total
+
+    def weight(self):
+        self.step.weight()
+        return self.step.p * self.n / self.step.total if self.step.total > 0 else 0.0
 
 
 class _ScaleGrad(torch.autograd.Function):
@@ -1088,6 +1250,8 @@ class HeteroDDP(DistributedDataParallel):
         self._kt_forwards = 0
         self._kt_reset_at = None
         self._kt_obs = None
+        self._kt_micro = None        # micro_steps: (first, n, rank's step total, state)
+        self._kt_micro_state = None
         if mode == "ddp" and plan is not None:
             self._kt_obs = _Observer(_model_device(module))
             self.register_comm_hook((self.process_group, self._kt_obs), _observing_hook)
@@ -1097,6 +1261,50 @@ class HeteroDDP(DistributedDataParallel):
     @property
     def plan(self):
         return self._kt_plan
+
+    def micro_steps(self, micro_batches, batch_sizes=None):
+        """Run one step as several micro-batches (a rank whose share does not
+        fit in memory: HeteroSampler.micro_batches()); yields them in turn,
+        the caller runs forward and backward on each:
+
+            for x, y in model.micro_steps(sampler.micro_batches(batch)):
+                loss_fn(model(x), y).backward()
+            opt.step(); opt.zero_grad()
+
+        Every micro-batch but the last runs under no_sync; the step's global
+        batch is counted once (one all_reduce of this rank's total), and each
+        micro-batch's gradient is weighted by its own size, so the gradients
+        are the exact mean over the global batch whatever number of
+        micro-batches each rank runs (each rank's loss the mean over its
+        micro-batch, as usual). batch_sizes: the micro-batches' sizes where
+        dim 0 of the first tensor is not the batch."""
+        batches = list(micro_batches)
+        if not batches:
+            raise ValueError(f"rank {dist.get_rank()}: HeteroDDP.micro_steps: no micro-batch "
+                             f"(an empty share is one empty micro-batch)")
+        if batch_sizes is None:
+            sizes = []
+            for b in batches:
+                args = b if isinstance(b, (list, tuple)) else (b,)
+                sizes.append(self._batch_size(args, {}))
+        else:
+            sizes = [int(n) for n in batch_sizes]
+            if len(sizes) != len(batches) or any(n < 0 for n in sizes):
+                raise ValueError(f"rank {dist.get_rank()}: HeteroDDP.micro_steps: batch_sizes "
+                                 f"{list(batch_sizes)} for {len(batches)} micro-batches")
+        total = sum(sizes)
+        st = None
+        for i, (b, n) in enumerate(zip(batches, sizes)):
+            last = i == len(batches) - 1
+            self._kt_micro = (i == 0, n, total, st)
+            if last or self._kt_mode != "ddp":
+                yield b
+            else:
+                with self.no_sync():
+                    yield b
+            st = self._kt_micro_state
+            self._kt_micro = None
+        self._kt_micro_state = None
 
     def set_batch_size(self, n):
         """This rank's batch size for the next forward (when dim 0 of its first
@@ -1162,15 +1370,20 @@ class HeteroDDP(DistributedDataParallel):
             self._kt_reset_at = k + plan._lag_needed
 
     def forward(self, *inputs, **kwargs):
-        n = self._batch_size(inputs, kwargs)
+        micro = self._kt_micro if torch.is_grad_enabled() else None
+        if micro is not None:
+            self._kt_next_n = None
+            first, n, rank_total, st = micro
+        else:
+            n = self._batch_size(inputs, kwargs)
         self.last_batch_size = n
         if not torch.is_grad_enabled():
             self._kt_state = None
             if self._kt_mode != "ddp":
                 return self.module(*inputs, **kwargs)
             return super().forward(*inputs, **kwargs)
-        if self._kt_plan is not None:
-            self._kt_tick()
+        if self._kt_plan is not None and (micro is None or first):
+            self._kt_tick()  # once per step: every rank of the job counts alike
         if self._kt_mode == "out":
             self._kt_state = None
             with torch.no_grad():
@@ -1181,10 +1394,19 @@ class HeteroDDP(DistributedDataParallel):
             return self.module(*inputs, **kwargs)
         if self._kt_obs is not None:
             self._kt_obs.forward(n)
-        count = torch.tensor([float(n)], dtype=torch.float64,
-                             device=_coll_device(self.process_group))
-        work = dist.all_reduce(count, group=self.process_group, async_op=True)
-        self._kt_state = st = _CountState(n, work, count, dist.get_world_size(self.process_group))
+        if micro is not None and not first and st is not None:
+            # a later micro-batch of the step: the step's count, its own weight
+            st = _MicroState(st, n)
+        else:
+            count_n = rank_total if micro is not None else n
+            count = torch.tensor([float(count_n)], dtype=torch.float64,
+                                 device=_coll_device(self.process_group))
+            work = dist.all_reduce(count, group=self.process_group, async_op=True)
+            st = _CountState(count_n, work, count, dist.get_world_size(self.process_group))
+            if micro is not None:
+                self._kt_micro_state = st
+                st = _MicroState(st, n)
+        self._kt_state = st
         st.wrapped = 0
         out = _scale_outputs(super().forward(*inputs, **kwargs), st)
         if not st.wrapped and not self._kt_warned:

@@ -663,13 +663,16 @@ class ProcessGroupKaitian(_Base):
             return self._submit(
                 self._comm, "reduce_scatter", (fview.data_ptr() or T.EMPTY_PTR, b.ptr, b.count, dt, op),
                 what, mode, output_tensors, (b, flat, ins), b.writeback if b._back else None)
-        # Uneven blocks: allreduce everything, keep this rank's block.
+        # Uneven blocks: kt_reduce_scatterv in place (this rank's block of flat
+        # is the result; counts in elements of the reduction's dtype).
+        k = fview.numel() // flat.numel() if flat.numel() else 1
         off = sum(counts[:self._rank])
-        n = fview.numel()
+        rc = T.size_array([c * k for c in counts])
         ptr = fview.data_ptr() or T.EMPTY_PTR
         return self._submit(
-            self._comm, "allreduce", (ptr, ptr, n, dt, op), what, mode, output_tensors,
-            (flat, ins), lambda: t.copy_(flat[off:off + t.numel()].view(t.shape)))
+            self._comm, "reduce_scatterv", (ptr, ptr + off * k * fview.element_size(), rc, dt, op),
+            what, mode, output_tensors, (flat, ins, rc),
+            lambda: t.copy_(flat[off:off + t.numel()].view(t.shape)))
 
     def _reduce_scatter_base(self, output, input, opts=None, _mode=None):  # noqa: A002
         mode = _caller_mode() if _mode is None else _mode

@@ -380,10 +380,11 @@ static int pick(struct kt_comm_s *c, const kt__op *op, bool phase) {
   if (m != PICK_NONE) {
     int i = pick_idx[op->coll][m];
     if (i >= 0 && can_run(c, op, &algos[i])) a = i;
-  } else {
-    for (size_t i = 0; i < NALGOS && a < 0; i++)
-      if (algos[i].coll == op->coll && can_run(c, op, &algos[i])) a = (int)i;
   }
+  /* One algorithm, or the model's cannot run this call (uneven blocks of
+   * kt_reduce_scatterv across hosts: the ring): the first that can. */
+  for (size_t i = 0; i < NALGOS && a < 0; i++)
+    if (algos[i].coll == op->coll && can_run(c, op, &algos[i])) a = (int)i;
   if (f >= 0)
     KT_INFO("rank %d: KAITIAN_ALGO forces %s=%s, which cannot run op #%llu (count %zu, %s%s); the tuner's pick, "
             "%s, runs it", c->rank, kt__coll_name(op->coll), algos[f].name, (unsigned long long)op->seq, op->count,

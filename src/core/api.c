@@ -331,6 +331,55 @@ kt_result kt_ireduce_scatter(const void *sb, void *rb, size_t n, kt_dtype dt, kt
   return reduce_scatter(sb, rb, n, dt, op, comm, req, true);
 }
 
+/* Uneven blocks, contiguous in rank order (MPI_Reduce_scatter): rank r gets
+ * the reduction of recvcounts[r] elements starting at the sum of the counts
+ * before it. The algorithms take them as the op's counts and displacements
+ * (the ring and shared memory ones run uneven blocks). */
+static kt_result reduce_scatterv(const void *sb, void *rb, const size_t *recvcounts, kt_dtype dt, kt_op op,
+                                 kt_comm comm, kt_request *req, bool nb) {
+  const char *fn = nb ? "kt_ireduce_scatterv" : "kt_reduce_scatterv";
+  BEGIN(fn, nb);
+  KT_CHECK(check_dtype(comm, fn, dt));
+  KT_CHECK(check_op(comm, fn, dt, op));
+  if (!recvcounts)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: recvcounts is NULL", comm->rank, fn);
+  size_t p = (size_t)comm->size, total = 0, mine = 0;
+  size_t *displs = malloc(p * sizeof *displs); /* copied by copy_counts, freed here */
+  if (!displs) return kt__err(KT_ERR_NO_MEMORY, "rank %d: %s: out of memory", comm->rank, fn);
+  for (size_t i = 0; i < p; i++) {
+    displs[i] = total;
+    if (__builtin_add_overflow(total, recvcounts[i], &total)) {
+      free(displs);
+      return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: the sum of recvcounts overflows at rank %zu",
+                     comm->rank, fn, i);
+    }
+  }
+  mine = recvcounts[comm->rank];
+  kt__op o;
+  op_init(&o, KT_COLL_REDUCE_SCATTER, sb, rb, total, dt, op, 0);
+  kt_result r = check_buf(comm, fn, "sendbuf", sb, total, 1, dt);
+  if (r == KT_SUCCESS) r = check_buf(comm, fn, "recvbuf", rb, mine, 1, dt);
+  if (r == KT_SUCCESS) r = copy_counts(comm, fn, "receive", recvcounts, displs, dt, sb, &o.counts, &o.displs);
+  size_t es = kt_dtype_size(dt);
+  if (r == KT_SUCCESS)
+    r = check_overlap(comm, fn, sb, total * es, rb, mine * es, mine && rb == at(sb, displs[comm->rank] * es),
+                      "recvbuf == sendbuf + the counts before this rank's");
+  free(displs);
+  if (r != KT_SUCCESS) {
+    free(o.counts);
+    free(o.displs);
+    return r;
+  }
+  return issue(comm, &o, req);
+}
+kt_result kt_reduce_scatterv(const void *sb, void *rb, const size_t *rc, kt_dtype dt, kt_op op, kt_comm comm) {
+  return reduce_scatterv(sb, rb, rc, dt, op, comm, NULL, false);
+}
+kt_result kt_ireduce_scatterv(const void *sb, void *rb, const size_t *rc, kt_dtype dt, kt_op op, kt_comm comm,
+                              kt_request *req) {
+  return reduce_scatterv(sb, rb, rc, dt, op, comm, req, true);
+}
+
 /* ---- gather / scatter --------------------------------------------------- */
 
 static kt_result gather(const void *sb, void *rb, size_t count, kt_dtype dt, int root, kt_comm comm,

@@ -189,6 +189,8 @@ static void test_null_comm(void *sb, void *rb) {
   BAD_NOCOMM(kt_iallgatherv(sb, 4, rb, cnt, dsp, KT_INT32, NULL, &q));
   BAD_NOCOMM(kt_reduce_scatter(sb, rb, 4, KT_INT32, KT_SUM, NULL));
   BAD_NOCOMM(kt_ireduce_scatter(sb, rb, 4, KT_INT32, KT_SUM, NULL, &q));
+  BAD_NOCOMM(kt_reduce_scatterv(sb, rb, cnt, KT_INT32, KT_SUM, NULL));
+  BAD_NOCOMM(kt_ireduce_scatterv(sb, rb, cnt, KT_INT32, KT_SUM, NULL, &q));
   BAD_NOCOMM(kt_gather(sb, rb, 4, KT_INT32, 0, NULL));
   BAD_NOCOMM(kt_igather(sb, rb, 4, KT_INT32, 0, NULL, &q));
   BAD_NOCOMM(kt_scatter(sb, rb, 4, KT_INT32, 0, NULL));
@@ -260,6 +262,10 @@ static void test_null_buffers(void *sb, void *rb, int peer) {
   BAD(KW_BUF, kt_reduce_scatter(NULL, rb, 4, KT_INT32, KT_SUM, comm));
   BAD(KW_BUF, kt_reduce_scatter(sb, NULL, 4, KT_INT32, KT_SUM, comm));
   BAD(KW_BUF, kt_ireduce_scatter(NULL, rb, 4, KT_INT32, KT_SUM, comm, &q));
+  BAD(KW_BUF, kt_reduce_scatterv(NULL, rb, cnt, KT_INT32, KT_SUM, comm));
+  BAD(KW_BUF, kt_reduce_scatterv(sb, NULL, cnt, KT_INT32, KT_SUM, comm));
+  BAD(KW_BUF, kt_ireduce_scatterv(NULL, rb, cnt, KT_INT32, KT_SUM, comm, &q));
+  BAD(KW_COUNTS, kt_reduce_scatterv(sb, rb, NULL, KT_INT32, KT_SUM, comm));
   BAD(KW_BUF, kt_gather(NULL, rb, 4, KT_INT32, 0, comm));
   BAD(KW_BUF, kt_igather(NULL, rb, 4, KT_INT32, 0, comm, &q));
   BAD(KW_BUF, kt_scatter(sb, NULL, 4, KT_INT32, 0, comm));
@@ -356,6 +362,8 @@ static void test_sizes(void *sb, void *rb, int peer) {
   BAD(KW_SIZE, kt_alltoallv(sb, big, dsp, rb, big, dsp, KT_INT32, comm));
   BAD(KW_SIZE, kt_alltoallv(sb, cnt, far, rb, cnt, dsp, KT_INT32, comm));
   BAD(KW_SIZE, kt_ialltoallv(sb, cnt, dsp, rb, cnt, far, KT_INT32, comm, &q));
+  BAD(KW_SIZE, kt_reduce_scatterv(sb, rb, big, KT_INT32, KT_SUM, comm));
+  BAD(KW_SIZE, kt_ireduce_scatterv(sb, rb, big, KT_INT32, KT_SUM, comm, &q));
   (void)zero;
 }
 
@@ -373,6 +381,7 @@ static void test_dtype_op(void *sb, void *rb, int peer) {
     BAD(KW_DTYPE, kt_allgather(sb, rb, 4, d, comm));
     BAD(KW_DTYPE, kt_allgatherv(sb, 4, rb, cnt, dsp, d, comm));
     BAD(KW_DTYPE, kt_reduce_scatter(sb, rb, 4, d, KT_SUM, comm));
+    BAD(KW_DTYPE, kt_reduce_scatterv(sb, rb, cnt, d, KT_SUM, comm));
     BAD(KW_DTYPE, kt_gather(sb, rb, 4, d, 0, comm));
     BAD(KW_DTYPE, kt_scatter(sb, rb, 4, d, 0, comm));
     BAD(KW_DTYPE, kt_alltoall(sb, rb, 4, d, comm));
@@ -390,6 +399,7 @@ static void test_dtype_op(void *sb, void *rb, int peer) {
     BAD(KW_OP, kt_ireduce(sb, rb, 4, KT_UINT8, o, 0, comm, &q));
     BAD(KW_OP, kt_reduce_scatter(sb, rb, 4, KT_BOOL, o, comm));
     BAD(KW_OP, kt_ireduce_scatter(sb, rb, 4, KT_INT8, o, comm, &q));
+    BAD(KW_OP, kt_reduce_scatterv(sb, rb, cnt, KT_INT32, o, comm));
   }
   /* bitwise ops take integers and bool only */
   const kt_dtype floats[] = {KT_FLOAT16, KT_BFLOAT16, KT_FLOAT32, KT_FLOAT64};

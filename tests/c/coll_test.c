@@ -24,7 +24,7 @@
 
 enum {
   C_ALLREDUCE, C_BROADCAST, C_REDUCE, C_ALLGATHER, C_ALLGATHERV, C_REDUCE_SCATTER, C_GATHER,
-  C_SCATTER, C_ALLTOALL, C_ALLTOALLV, C_BARRIER, C_P2P, C_SENDRECV, C_MIXED, C_NCOLL
+  C_SCATTER, C_ALLTOALL, C_ALLTOALLV, C_BARRIER, C_P2P, C_SENDRECV, C_MIXED, C_REDUCE_SCATTERV, C_NCOLL
 };
 
 /* inplace: the header defines an in-place form; nb: a kt_i* variant exists. */
@@ -46,6 +46,7 @@ static const struct {
     [C_P2P] = {"p2p", false, false, false, true}, /* kt_send/kt_recv ring */
     [C_SENDRECV] = {"sendrecv", false, false, false, false},
     [C_MIXED] = {"mixed", false, false, false, true}, /* batches of different kinds */
+    [C_REDUCE_SCATTERV] = {"reduce_scatterv", true, false, true, true},
 };
 
 enum { M_BLOCK, M_NB_WAIT, M_NB_TEST };
@@ -327,6 +328,23 @@ static void prepare(tcase *c) {
       gb_alloc(&c->rb, cnt * es);
     }
     break;
+  case C_REDUCE_SCATTERV: { /* blocks of uneven counts, some empty */
+    size_t off = 0;
+    for (int s = 0; s < n; s++) {
+      c->c1[s] = vcount(cnt, s);
+      c->d1[s] = off;
+      off += c->c1[s];
+    }
+    gb_alloc(&c->sb, off * es);
+    fill(gb_ptr(&c->sb), off, c, r, 0);
+    if (c->inplace) {
+      c->sendp = gb_ptr(&c->sb);
+      c->recvp = gb_ptr(&c->sb) + c->d1[r] * es;
+    } else {
+      gb_alloc(&c->rb, c->c1[r] * es);
+    }
+    break;
+  }
   case C_GATHER:
     gb_alloc(&c->sb, cnt * es);
     fill(gb_ptr(&c->sb), cnt, c, r, 0);
@@ -385,7 +403,7 @@ static void prepare(tcase *c) {
   if (!c->recvp) c->recvp = gb_ptr(&c->rb);
   /* Inputs that must come back unchanged: everything in sb, unless the call
    * is in place (then sb is the output). */
-  bool sb_is_output = c->coll == C_REDUCE_SCATTER && c->inplace;
+  bool sb_is_output = (c->coll == C_REDUCE_SCATTER || c->coll == C_REDUCE_SCATTERV) && c->inplace;
   if (c->sb.base && !sb_is_output) {
     c->sb_copy = malloc(c->sb.bytes ? c->sb.bytes : 1);
     if (!c->sb_copy) {
@@ -445,6 +463,14 @@ static void issue(tcase *c, bool nb) {
     rc = nb ? kt_ireduce_scatter(c->sendp, c->recvp, n, dt, c->op, m, q)
             : kt_reduce_scatter(c->sendp, c->recvp, n, dt, c->op, m);
     break;
+  case C_REDUCE_SCATTERV: {
+    size_t cs[64];
+    memcpy(cs, c->c1, sizeof cs);
+    rc = nb ? kt_ireduce_scatterv(c->sendp, c->recvp, cs, dt, c->op, m, q)
+            : kt_reduce_scatterv(c->sendp, c->recvp, cs, dt, c->op, m);
+    memset(cs, 0xff, sizeof cs);
+    break;
+  }
   case C_GATHER:
     rc = nb ? kt_igather(c->sendp, c->recvp, n, dt, c->root, m, q)
             : kt_gather(c->sendp, c->recvp, n, dt, c->root, m);
@@ -549,6 +575,13 @@ static size_t verify(tcase *c) {
     else
       bad += ref_check_reduce(rp, cnt, c->dt, c->op, c->salt, n, (size_t)r * cnt, 0, &ctx);
     break;
+  case C_REDUCE_SCATTERV:
+    if (c->inplace)
+      bad += ref_check_reduce(gb_ptr(&c->sb) + c->d1[r] * es, c->c1[r], c->dt, c->op, c->salt, n, c->d1[r],
+                              c->d1[r], &ctx);
+    else
+      bad += ref_check_reduce(rp, c->c1[r], c->dt, c->op, c->salt, n, c->d1[r], 0, &ctx);
+    break;
   case C_SCATTER:
     bad += ref_check_copy(rp, cnt, c->dt, op, c->salt, c->root, (size_t)r * cnt, 0, &ctx);
     break;
@@ -603,6 +636,8 @@ static uint8_t *first_output(tcase *c) {
   case C_P2P:
   case C_SENDRECV:
     return c->rcount ? gb_ptr(&c->rb) : NULL;
+  case C_REDUCE_SCATTERV:
+    return c->c1[T.rank] ? (uint8_t *)c->recvp : NULL;
   default:
     break;
   }
@@ -716,7 +751,7 @@ static void run_nb_test(tcase *cs, int k) {
 static void check_algo(int coll, const char *what, bool final) {
   if (!T.algo[coll][0] || T.algo_failed[coll]) return;
   char ran[256];
-  kt__algos_run(T.comm, colls[coll].name, ran, sizeof ran);
+  kt__algos_run(T.comm, coll == C_REDUCE_SCATTERV ? "reduce_scatter" : colls[coll].name, ran, sizeof ran);
   if (!strcmp(ran, T.algo[coll]) || (!final && !ran[0])) return;
   fprintf(stderr,
           "FAIL %s: --algo '%s' forces %s=%s, but the %s ops of this communicator ran %s (KAITIAN_DEBUG=INFO "
@@ -767,7 +802,7 @@ static bool quick_skip(kt_dtype dt, kt_op op, size_t count, bool inplace) {
  * divided by the number of ranks (kept odd), so bytes per rank stay flat. */
 static size_t large_for(int coll, kt_dtype dt) {
   size_t c = large_count(dt);
-  bool per_rank = coll == C_ALLGATHER || coll == C_ALLGATHERV || coll == C_REDUCE_SCATTER ||
+  bool per_rank = coll == C_ALLGATHER || coll == C_ALLGATHERV || coll == C_REDUCE_SCATTER || coll == C_REDUCE_SCATTERV ||
                   coll == C_GATHER || coll == C_SCATTER || coll == C_ALLTOALL || coll == C_ALLTOALLV;
   if (per_rank && T.size > 1) c = (c / (size_t)T.size) | 1;
   return c;
@@ -1128,7 +1163,7 @@ int main(int argc, char **argv) {
     else run_coll(coll);
     check_algo(coll, colls[coll].name, true);
     char ran[256] = "";
-    if (coll != C_MIXED && coll != C_P2P) kt__algos_run(T.comm, colls[coll].name, ran, sizeof ran);
+    if (coll != C_MIXED && coll != C_P2P) kt__algos_run(T.comm, coll == C_REDUCE_SCATTERV ? "reduce_scatter" : colls[coll].name, ran, sizeof ran);
     if (T.rank == 0)
       printf("coll_test: %-14s %5ld cases, %ld failed on rank 0, %.2f s%s%s\n", colls[coll].name,
              T.cases - c0, T.failures - f0, now_s() - t0, ran[0] ? ", ran " : "", ran);

@@ -17,7 +17,7 @@ set(KT_COLL_ENV "KAITIAN_TIMEOUT=60000")
 # shared-memory ones need 2 ranks (one rank has no segment), and shm_cma's
 # alltoall runs out of place only (docs/algorithms.md).
 set(KT_COLL_FORCED
-  "ring|ring|allreduce,allgather,allgatherv,reduce_scatter|1"
+  "ring|ring|allreduce,allgather,allgatherv,reduce_scatter,reduce_scatterv|1"
   "recursive_doubling|allreduce=recursive_doubling|allreduce|1"
   "halving_doubling|allreduce=halving_doubling|allreduce|1"
   "bcast_binomial|broadcast=binomial|broadcast|1"
@@ -30,7 +30,7 @@ set(KT_COLL_FORCED
   "shm_rsag|allreduce=shm_rsag|allreduce|2"
   "reduce_shm_oneshot|reduce=shm_oneshot|reduce|2"
   "shm_cma|broadcast=shm_cma,scatter=shm_cma,gather=shm_cma,allgather=shm_cma,alltoall=shm_cma|broadcast,scatter,gather,allgather,alltoall|2|--no-inplace alltoall"
-  "shm|shm|broadcast,reduce,allgather,allgatherv,reduce_scatter,gather,scatter,alltoall,alltoallv,barrier|2")
+  "shm|shm|broadcast,reduce,allgather,allgatherv,reduce_scatter,reduce_scatterv,gather,scatter,alltoall,alltoallv,barrier|2")
 
 # kt_coll_test(<name> <ranks> <timeout s> <extra env> <coll_test args...>)
 # A run that forces algorithms (KAITIAN_ALGO in <extra env>) passes the same

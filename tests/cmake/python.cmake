@@ -101,6 +101,10 @@ kt_py_test(hetero_exact_np4_accum 200 ${KT_CLI} run -n 4 ${KT_PY_DIR}/test_heter
            --caps 2,1,1,3 --accum 2)
 kt_py_test(hetero_exact_np3_gloo 200 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_hetero.py exact
            --caps 1,2,5 --accum 2 --backend gloo)
+kt_py_test(hetero_micro_np3 200 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_hetero.py micro
+           --caps 1,2,3 --max-local 3)
+kt_py_test(hetero_micro_np2_gloo 200 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_hetero.py micro
+           --caps 1,4 --max-local 2 --backend gloo)
 kt_py_test(hetero_slow 120 ${KT_CLI} run -n 2 ${KT_PY_DIR}/test_hetero.py slow)
 kt_py_test(hetero_planner 120 ${KT_PYTHON} ${KT_PY_DIR}/test_hetero.py planner)
 kt_py_test(hetero_exact_np3_plan 200 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_hetero.py exact

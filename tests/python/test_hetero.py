@@ -15,6 +15,12 @@
             --plan-out R: with a plan (made-up numbers) that leaves rank R out:
             its batches are empty, the others exchange over a group of their
             own, the result is the same; sync_parameters gives rank R the job's.
+  micro     under `kaitian run -n 3` (--caps 1,2,3 --max-local 3): ranks whose
+            shares exceed max_local_batch run them as 1, 2 and 3 micro-batches
+            (HeteroSampler.micro_batches + HeteroDDP.micro_steps); 5 steps end
+            with the parameters of one process on each step's union (float64,
+            1e-10); max_local_batch="memory" takes torch_kaitian.max_local_batch's
+            figure; memory_per_sample is linear in the batch.
   slow      under `kaitian run -n 2`: rank 1 shares its CPU with a busy process
             this test starts; measure_capability ranks it below rank 0 (ratio
             >= 1.3) and HeteroSampler gives it the smaller share.
@@ -351,6 +357,68 @@ def test_exact(caps, accum, backend_note, on_device, plan_out=None):
     if rank == 0:
         print(f"PASS exact p={p} caps={caps} accum={accum} {backend_note} on {devs}: HeteroDDP {d:.2e}, "
               f"plain DDP {dp:.2e}; batches per step {sizes_all}", flush=True)
+
+
+def test_micro(caps, limit):
+    """Per-rank micro-batches: exact against one process on each step's union."""
+    rank, p = dist.get_rank(), dist.get_world_size()
+    ref, _, steps = reference(caps, 1)
+    ds = make_data()
+    model = tk.HeteroDDP(make_model())
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    sampler = tk.HeteroSampler(ds, BATCH, seed=1, capabilities=caps, max_local_batch=limit)
+    counts, done, epoch = [], 0, 0
+    while done < STEPS:
+        sampler.set_epoch(epoch)
+        for step, batch in enumerate(sampler.loader()):
+            if done == STEPS:
+                break
+            parts = sampler.micro_batches(batch)
+            check(len(parts) == sampler.micro_counts(step),
+                  f"step {step}: {len(parts)} micro-batches, micro_counts says "
+                  f"{sampler.micro_counts(step)}")
+            check(all(len(x) <= limit for x, _ in parts) and sum(len(x) for x, _ in parts) ==
+                  len(batch[0]), f"step {step}: micro-batch sizes {[len(x) for x, _ in parts]} "
+                  f"of {len(batch[0])} under a limit of {limit}")
+            opt.zero_grad()
+            for i, (x, y) in enumerate(model.micro_steps(parts)):
+                # A term outside the outputs (the weight penalty) counts once per
+                # micro-batch: on the last one only, as once per step without them.
+                loss = F.cross_entropy(model(x), y)
+                if i == len(parts) - 1:
+                    loss = loss + 1e-3 * sum(q.square().sum() for q in model.module.parameters())
+                loss.backward()
+            counts.append(len(parts))
+            opt.step()
+            done += 1
+        epoch += 1
+    every = [None] * p
+    dist.all_gather_object(every, counts)
+    check(any(len({c[s] for c in every}) == p for s in range(STEPS)),
+          f"no step where the ranks ran different numbers of micro-batches: {every}")
+    d = rel_diff(model.module, ref)
+    check(d <= 1e-10, f"micro-batches vs one process: relative difference {d:.3e} > 1e-10")
+    # "memory": the limit max_local_batch() measured for this rank.
+    sample = (ds[:4][0], ds[:4][1])
+    per4 = tk.memory_per_sample(make_model(), sample, F.cross_entropy)
+    per8 = tk.memory_per_sample(make_model(), (ds[:8][0], ds[:8][1]), F.cross_entropy)
+    check(per4 > 0 and abs(per8 - per4) <= 0.05 * per4,
+          f"memory_per_sample: {per4:.0f} B at a batch of 4, {per8:.0f} B at 8 (not linear)")
+    limits = tk.max_local_batch(make_model(), sample, F.cross_entropy)
+    ms = tk.HeteroSampler(ds, BATCH, seed=1, capabilities=caps, max_local_batch="memory")
+    check(ms.max_local_batch == limits[rank] >= 1,
+          f"max_local_batch='memory': {ms.max_local_batch}, measured {limits}")
+    for bad in (0, -2, 2.5, "disk", True):
+        try:
+            tk.HeteroSampler(ds, BATCH, capabilities=caps, max_local_batch=bad)
+        except ValueError as e:
+            check("max_local_batch" in str(e) and f"rank {rank}" in str(e), f"message: {e}")
+        else:
+            fail(f"max_local_batch={bad!r} was accepted")
+    if rank == 0:
+        print(f"PASS micro p={p} caps={caps} max_local_batch={limit}: micro-batches per step "
+              f"{every}, {d:.2e} from one process; memory per sample {per4:.0f} B, "
+              f"limits {limits}", flush=True)
 
 
 # ---- a slowed rank ------------------------------------------------------------------------
@@ -807,7 +875,8 @@ def drive_leftout_fails(cli):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["sampler", "planner", "exact", "slow", "curves", "leaveout",
+    ap.add_argument("what", choices=["sampler", "planner", "exact", "micro", "slow", "curves",
+                                     "leaveout",
                                      "rebalance", "overhead", "leftout_fails",
                                      "drive_leftout_fails"])
     ap.add_argument("cli", nargs="?", help="drive_leftout_fails: the kaitian command")
@@ -815,6 +884,7 @@ def main():
                     help="exact: a plan (made-up numbers) that leaves this rank out")
     ap.add_argument("--caps", default="1,3")
     ap.add_argument("--accum", type=int, default=1)
+    ap.add_argument("--max-local", type=int, default=3)
     ap.add_argument("--backend", default="kaitian")
     ap.add_argument("--on-device", action="store_true",
                     help="exact: train on torch_kaitian.device() (the launcher's plan)")
@@ -827,7 +897,9 @@ def main():
         return drive_leftout_fails(a.cli)
     dist.init_process_group(a.backend)
     try:
-        if a.what == "exact":
+        if a.what == "micro":
+            test_micro([float(c) for c in a.caps.split(",")], a.max_local)
+        elif a.what == "exact":
             test_exact([float(c) for c in a.caps.split(",")], a.accum, a.backend, a.on_device,
                        a.plan_out)
         else:

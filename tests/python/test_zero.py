@@ -11,15 +11,20 @@ global norm, SGD with momentum and AdamW, a shard group of 2 inside 4 ranks
 (the node-local layout), offload; bf16 parameters with fp32 master state (against one process computing each
 rank's bf16 gradient and averaging them in fp32: equal up to bf16 rounding of
 the parameters, 1e-2); the
-optimizer state and the gradients held measure ~1/p of the plain optimizer's.
+optimizer state and the gradients held measure ~1/p of the plain optimizer's. Shares by weight (shard_weights): 1:1:2, 1:3, a rank of
+weight 0, "memory", with offload and clipping, stages 1 and 2, over kaitian
+and gloo (its fallback), each equal to one process (float64, 1e-10), and the
+optimizer state each rank holds counted to the element against its weight.
 
   check [--backend gloo]       every case above at this world size
   save PATH / load PATH        10 steps then state_dict() to PATH (rank 0
                                writes); a job of another size and stage loads
                                it and runs the other 10: equal to 20 steps of
-                               one process
+                               one process (--weights 1,3: shard weights)
   resume KAITIAN_CLI           runs `save` on 4 ranks (stage 2), `load` on 2
-                               (stage 1) and on 3 (stage 2), in a temporary dir
+                               (stage 1) and on 3 (stage 2); `save` on 2 ranks
+                               with weights 1:3, `load` on 2 with equal weights
+                               and on 3 with weights 2:0:1, in a temporary dir
 """
 import argparse
 import os
@@ -239,10 +244,92 @@ def check(backend):
              shard_group=mine)
     case("adamw stage 2 shard_group='node'", 1e-10, f64, "adamw", stage=2, shard_group="node")
     check_memory()
+    check_weights()
     check_uneven_use()
     check_errors()
     if rank == 0:
         print(f"PASS zero check, {world} ranks over {backend}")
+
+
+def _weight_cases(world):
+    """(name, weights) for this world size."""
+    out = []
+    if world == 2:
+        out.append(("1:3", [1, 3]))
+    if world == 3:
+        out.append(("1:1:2", [1, 1, 2]))
+    if world >= 2:
+        out.append(("rank 0 weight 0", [0] + [1] * (world - 1)))
+        out.append(("last rank weight 0, others 1:2:...", list(range(1, world)) + [0]))
+    return out
+
+
+def check_weights():
+    """Shares by weight: exact against one process; the state held per rank
+    is its part, counted to the element."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    f64 = torch.float64
+    for name, w in _weight_cases(world):
+        case(f"adamw stage 2 weights {name}", 1e-10, f64, "adamw", stage=2, shard_weights=w)
+        case(f"sgd stage 1 weights {name}, clip", 1e-10, f64, "sgd", clip=0.05, stage=1,
+             shard_weights=w)
+        case(f"adamw stage 2 weights {name}, offload, clip", 1e-10, f64, "adamw", clip=0.05,
+             stage=2, offload=True, shard_weights=w)
+        case(f"adamw stage 1 weights {name}, tiny buckets", 1e-10, f64, "adamw", stage=1,
+             bucket_mb=1e-4, shard_weights=w)
+    case("adamw stage 2 weights 'memory'", 1e-10, f64, "adamw", stage=2, shard_weights="memory")
+    # The state held: AdamW keeps two tensors of each master's size.
+    for name, w in _weight_cases(world) + [("equal", None)]:
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(64, 96), nn.Linear(96, 33)).double()
+        n = sum(p.numel() for p in m.parameters())
+        opt = ZeroOptimizer(m.parameters(), torch.optim.AdamW, stage=2, shard_weights=w,
+                            bucket_mb=0.02)
+        opt.zero_grad()
+        m(torch.randn(4, 64, dtype=f64)).square().mean().backward()
+        opt.step()
+        held = sum(t.numel() * t.element_size() for st in opt.inner.state.values()
+                   for k, t in st.items() if torch.is_tensor(t) and k != "step")
+        mine = sum(b.cnt[rank] for b in opt.buckets)
+        want = 2 * 8 * mine
+        if held != want:
+            fail(f"memory, weights {name}: AdamW state {held} B, expected 2 x 8 x {mine} elements")
+        if w is not None:
+            for b in opt.buckets:
+                exact = b.numel * w[rank] / sum(w)
+                if abs(b.cnt[rank] - exact) >= 1 or sum(b.cnt) != b.numel:
+                    fail(f"memory, weights {name}: part {b.cnt} of a bucket of {b.numel} "
+                         f"elements is not by weight")
+            if w[rank] == 0 and held != 0:
+                fail(f"memory, weights {name}: a rank of weight 0 holds {held} B of state")
+        elif not mine <= -(-n // world) * len(opt.buckets):
+            fail(f"memory, equal weights: {mine} elements of {n} on one of {world} ranks")
+        parts = [None] * world
+        dist.all_gather_object(parts, held)
+        if rank == 0:
+            print(f"  ok memory, weights {name}: AdamW state per rank {parts} B of {2 * 8 * n}",
+                  flush=True)
+    # Bad weights: one line naming the rank and what was wrong.
+    m = make(f64)
+    for w, text in ((["a"] * world, "list of"), ([1] * (world + 1), "weights for a shard group"),
+                    ([-1] + [1] * (world - 1), "finite number >= 0"),
+                    ([0] * world, "finite number >= 0"), ("disk", "must be None, 'memory'")):
+        try:
+            ZeroOptimizer(m.parameters(), torch.optim.SGD, lr=0.1, shard_weights=w)
+        except ValueError as e:
+            if text not in str(e) or f"rank {rank}" not in str(e):
+                fail(f"shard_weights={w}: message {e}")
+        else:
+            fail(f"shard_weights={w} was accepted")
+    if world > 1:
+        try:
+            ZeroOptimizer(m.parameters(), torch.optim.SGD, lr=0.1,
+                          shard_weights=[1 + (rank == 0)] + [1] * (world - 1))
+        except ValueError as e:
+            if "different shard_weights" not in str(e):
+                fail(f"ranks giving different weights: message {e}")
+        else:
+            fail("ranks giving different shard_weights were accepted")
 
 
 def _uneven_layers():
@@ -312,23 +399,24 @@ def check_errors():
             fail(f"ZeroOptimizer({kw}) was accepted")
 
 
-def save(path):
-    model, opt = train_zero(torch.float64, "adamw", 0.05, steps=STEPS // 2, stage=2)
+def save(path, weights=None):
+    model, opt = train_zero(torch.float64, "adamw", 0.05, steps=STEPS // 2, stage=2,
+                            shard_weights=weights)
     sd = opt.state_dict()
     if dist.get_rank() == 0:
         torch.save({"model": model.state_dict(), "opt": sd}, path)
     dist.barrier()
 
 
-def load(path, stage):
+def load(path, stage, weights=None):
     ck = torch.load(path)
     model = make(torch.float64)
     model.load_state_dict(ck["model"])
     got, _ = train_zero(torch.float64, "adamw", 0.05, steps=STEPS // 2, start=STEPS // 2,
-                        model=model, opt_state=ck["opt"], stage=stage)
+                        model=model, opt_state=ck["opt"], stage=stage, shard_weights=weights)
     ref, ref_opt = reference(torch.float64, "adamw", 0.05)
     d = rel(got, ref)
-    if not d <= 1e-10:
+    if not d <= 1e-12:
         fail(f"resumed at {dist.get_world_size()} ranks, stage {stage}: difference {d:.3e}")
     # The consolidated state is the plain optimizer's too: it loads and steps it.
     m2 = make(torch.float64)
@@ -347,6 +435,7 @@ def load(path, stage):
              f"differ from one process by {dp:.3e}")
     if dist.get_rank() == 0:
         print(f"PASS zero resume from {path}: {dist.get_world_size()} ranks, stage {stage}, "
+              f"weights {weights or 'equal'}, "
               f"difference {d:.2e} after {STEPS} steps; torch's AdamW from the consolidated "
               f"state {dp:.2e}", flush=True)
 
@@ -355,13 +444,19 @@ def resume(cli):
     here = os.path.abspath(__file__)
     with tempfile.TemporaryDirectory(prefix="kt-zero-") as tmp:
         path = os.path.join(tmp, "state.pt")
+        wpath = os.path.join(tmp, "state13.pt")
         for cmd in ([cli, "run", "-n", "4", here, "save", path],
                     [cli, "run", "-n", "2", here, "load", path, "--stage", "1"],
-                    [cli, "run", "-n", "3", here, "load", path, "--stage", "2"]):
+                    [cli, "run", "-n", "3", here, "load", path, "--stage", "2"],
+                    [cli, "run", "-n", "2", here, "save", wpath, "--weights", "1,3"],
+                    [cli, "run", "-n", "2", here, "load", wpath, "--stage", "2"],
+                    [cli, "run", "-n", "3", here, "load", wpath, "--stage", "1",
+                     "--weights", "2,0,1"]):
             r = subprocess.run(cmd, timeout=300)
             if r.returncode != 0:
                 sys.exit(f"FAIL: {' '.join(cmd)} exited {r.returncode}")
-    print("PASS zero resume: saved at 4 ranks (stage 2), resumed at 2 (stage 1) and 3 (stage 2)")
+    print("PASS zero resume: saved at 4 ranks (stage 2), resumed at 2 (stage 1) and 3 (stage 2); "
+          "saved at 2 ranks with weights 1:3, resumed at 2 with equal weights and at 3 with 2:0:1")
 
 
 def main():
@@ -370,6 +465,7 @@ def main():
     ap.add_argument("arg", nargs="?")
     ap.add_argument("--backend", default="kaitian")
     ap.add_argument("--stage", type=int, default=1)
+    ap.add_argument("--weights", type=lambda t: [float(x) for x in t.split(",")], default=None)
     a = ap.parse_args()
     if a.what == "resume":
         return resume(a.arg)
@@ -377,9 +473,9 @@ def main():
     if a.what == "check":
         check(a.backend)
     elif a.what == "save":
-        save(a.arg)
+        save(a.arg, a.weights)
     else:
-        load(a.arg, a.stage)
+        load(a.arg, a.stage, a.weights)
     dist.barrier()
     dist.destroy_process_group()
 

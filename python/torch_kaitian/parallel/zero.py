@@ -24,6 +24,19 @@ Do not wrap the model in DDP at stage 2 (it would all-reduce every gradient
 first; the result is the same, at twice the traffic); ZeroOptimizer broadcasts
 the parameters from the group's first rank when it is built, as DDP does.
 
+Shares by weight. shard_weights=[w0, w1, ...] (one per rank of the shard
+group) gives rank i a contiguous part of every bucket in proportion to w_i
+(largest remainder: every part floor(n w_i / sum w) or one more, a weight of
+0 holds no state); "memory" takes the weights from each rank's free memory
+where its state lives (its device's, or for the CPU the host's available
+memory shared among the host's CPU ranks), measured when the optimizer is
+built, after the model is placed. The reduce-scatter and all-gather then run
+with uneven blocks: over "kaitian" kt_reduce_scatterv and kt_allgatherv, over
+"nccl" torch's uneven list forms; over other backends (gloo) the documented
+fallback: the gradients all-reduced whole and this rank's part kept, the
+parameters all-gathered in parts padded to the largest. Equal weights (the
+default) keep the even layout.
+
 Node-local sharding. With shard_group="node" (or a process group), the state is
 sharded inside each node only: gradients are reduce-scattered inside the node,
 each chunk all-reduced across the nodes (the ranks with the same position in
@@ -31,11 +44,14 @@ the other nodes), and parameters all-gathered inside the node; the traffic that
 crosses nodes is that of plain DDP, and each node holds one copy of the state.
 """
 import math
+from fractions import Fraction
 
 import torch
 import torch.distributed as dist
 
+from .. import _log
 from .._device import _collective_device, _group_ranks
+from ._memory import free_memory
 
 __all__ = ["ZeroOptimizer"]
 
@@ -70,18 +86,88 @@ def _all_gather(out, inp, group):
     dist.all_gather_into_tensor(out, inp, group=group)
 
 
-class _Bucket:
-    """Whole parameters of one group and dtype, packed in one padded flat buffer."""
+def _uneven_ok(group):
+    """Whether the backend has reduce_scatter / all_gather with uneven blocks."""
+    return dist.get_backend(group) in ("kaitian", "nccl")
 
-    def __init__(self, params, group_index, shards, device, dtype):
+
+def _parts(n, weights):
+    """n elements cut by weight: largest remainder, ties to the lower rank."""
+    whole = sum(weights)
+    quota = [Fraction(n) * w / whole for w in weights]
+    out = [int(math.floor(q)) for q in quota]
+    order = sorted(range(len(weights)), key=lambda r: (-(quota[r] - out[r]), r))
+    for r in order[:n - sum(out)]:
+        out[r] += 1
+    return out
+
+
+def _reduce_scatter_v(out, flat, b, group, async_op=False):
+    """out = this rank's part of the sum of flat (b.cnt/b.lo: the parts)."""
+    if b.even:
+        if dist.get_backend(group) == "gloo":
+            _reduce_scatter(out, flat, group)
+            return None
+        return dist.reduce_scatter_tensor(out, flat, group=group, async_op=async_op)
+    if _uneven_ok(group):
+        ins = [flat[lo:lo + c] for lo, c in zip(b.lo, b.cnt)]
+        return dist.reduce_scatter(out, ins, group=group, async_op=async_op)
+    tmp = flat.clone()  # the fallback: the whole sum, this rank's part kept
+    dist.all_reduce(tmp, group=group)
+    r = dist.get_rank(group)
+    out.copy_(tmp[b.lo[r]:b.lo[r] + b.cnt[r]])
+    return None
+
+
+def _all_gather_v(dst, b, src, group):
+    """dst (a bucket-sized flat buffer) = every rank's part, rank r's from its
+    src (src may be a view of dst)."""
+    if b.even:
+        _all_gather(dst[:b.chunk * len(b.cnt)], src, group)
+        return
+    r = dist.get_rank(group)
+    dbits, sbits = _bits(dst), _bits(src)
+    k = dbits.numel() // dst.numel() if dst.numel() else 1
+    if _uneven_ok(group):
+        outs = [dbits[lo * k:(lo + c) * k] for lo, c in zip(b.lo, b.cnt)]
+        dist.all_gather(outs, sbits.clone(), group=group)
+        return
+    most = max(b.cnt) * k  # the fallback: parts padded to the largest
+    pad = torch.zeros(most, dtype=dbits.dtype, device=dbits.device)
+    pad[:sbits.numel()].copy_(sbits)
+    got = torch.empty(most * len(b.cnt), dtype=dbits.dtype, device=dbits.device)
+    _all_gather(got, pad, group)
+    for i, (lo, c) in enumerate(zip(b.lo, b.cnt)):
+        if i != r and c:
+            dbits[lo * k:(lo + c) * k].copy_(got[i * most:i * most + c * k])
+    if src.data_ptr() != dst[b.lo[r]:].data_ptr() and b.cnt[r]:
+        dbits[b.lo[r] * k:(b.lo[r] + b.cnt[r]) * k].copy_(sbits)
+
+
+class _Bucket:
+    """Whole parameters of one group and dtype, packed in one flat buffer;
+    rank r of the shard group owns elements [lo[r], lo[r] + cnt[r]). Equal
+    weights: parts of `chunk` elements, the buffer padded to shards x chunk
+    (even: the even collectives); else parts by weight, no padding."""
+
+    def __init__(self, params, group_index, shards, device, dtype, weights=None):
         self.params, self.group_index, self.dtype = params, group_index, dtype
         self.offsets, n = [], 0
         for p in params:
             self.offsets.append(n)
             n += p.numel()
         self.numel = n
-        self.chunk = -(-n // shards)  # ceil
-        self.flat = torch.zeros(self.chunk * shards, dtype=dtype, device=device)
+        if weights is None:
+            self.chunk = -(-n // shards)  # ceil
+            self.cnt = [self.chunk] * shards
+            size = self.chunk * shards
+        else:
+            self.cnt = _parts(n, weights)
+            self.chunk = max(self.cnt)
+            size = n
+        self.lo = [sum(self.cnt[:i]) for i in range(shards)]
+        self.even = weights is None
+        self.flat = torch.zeros(size, dtype=dtype, device=device)
         for p, o in zip(params, self.offsets):
             self.flat[o:o + p.numel()].copy_(p.detach().reshape(-1))
             p.data = self.flat[o:o + p.numel()].view_as(p)
@@ -108,12 +194,14 @@ class ZeroOptimizer(torch.optim.Optimizer):
     is there) and the inner optimizer steps there (torch_kaitian.optim.CPUAdam
     is the fast choice); the model stays on its device. bucket_mb: bucket size.
     reduce_gradients (stage 1): False when the gradients are already averaged
-    across `group` (DDP). Every rank of the job must build it (it may create
+    across `group` (DDP). shard_weights: None (equal parts), "memory" (by each
+    rank's free memory) or one weight per rank of the shard group (a 0 holds
+    no state); see the module doc. Every rank of the job must build it (it may create
     process groups)."""
 
     def __init__(self, params, optimizer_class, stage=1, group=None, shard_group=None,
                  overlap=True, offload=False, bucket_mb=25, reduce_gradients=True,
-                 **optimizer_kwargs):
+                 shard_weights=None, **optimizer_kwargs):
         super().__init__(params, dict(optimizer_kwargs))
         me = dist.get_rank()
         if stage not in (1, 2):
@@ -125,7 +213,9 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self.reduce_gradients = bool(reduce_gradients)
         self.group = group if group is not None else dist.group.WORLD
         self._setup_groups(shard_group)
+        self.shard_weights = self._resolve_weights(shard_weights)
         self._build_buckets(int(bucket_mb * (1 << 20)))
+        self._describe_layout(shard_weights)
         if self.reduce_gradients:  # no DDP around: start from the same parameters, as DDP does
             self._sync_params()
         self._build_inner(optimizer_class, optimizer_kwargs)
@@ -187,6 +277,71 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self.replica = created[rep] if len(rep) > 1 else None
 
     # ---- layout ------------------------------------------------------------------------
+    def _state_device(self):
+        if self.offload:
+            return torch.device("cpu")
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.requires_grad:
+                    return p.device
+        return torch.device("cpu")
+
+    def _resolve_weights(self, weights):
+        """The shard group's weights (a list, one per shard rank), or None for
+        equal parts. Every rank of the data group must give the same."""
+        me = dist.get_rank()
+        s = dist.get_world_size(self.shard)
+        if weights is None:
+            return None
+        if isinstance(weights, str):
+            if weights != "memory":
+                raise ValueError(f"rank {me}: ZeroOptimizer: shard_weights must be None, 'memory' or "
+                                 f"a list of {s} weights, not {weights!r}")
+            free = free_memory(self._state_device(), self.shard)
+            if self.replica is not None:  # the same position on every node: the least memory
+                t = torch.tensor(free, dtype=torch.float64, device=_collective_device(self.replica))
+                dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.replica)
+                free = [int(v) for v in t.tolist()]
+            self.free_memory = free
+            w = [Fraction(int(v)) for v in free]
+            if sum(w) <= 0:
+                raise ValueError(f"rank {me}: ZeroOptimizer: shard_weights='memory': no rank "
+                                 f"reports free memory ({free})")
+        else:
+            try:
+                w = [Fraction(x) for x in weights]
+            except (TypeError, ValueError):
+                raise ValueError(f"rank {me}: ZeroOptimizer: shard_weights must be None, 'memory' or "
+                                 f"a list of {s} numbers, not {weights!r}") from None
+            if len(w) != s:
+                raise ValueError(f"rank {me}: ZeroOptimizer: shard_weights has {len(w)} weights for "
+                                 f"a shard group of {s} ranks")
+            bad = [x for x in weights if not (math.isfinite(float(x)) and float(x) >= 0)]
+            if bad or sum(w) <= 0:
+                raise ValueError(f"rank {me}: ZeroOptimizer: shard_weights {list(weights)}: each "
+                                 f"must be a finite number >= 0, and one > 0")
+            views = [None] * dist.get_world_size(self.group)
+            dist.all_gather_object(views, [str(x) for x in w], group=self.group)
+            if any(v != views[0] for v in views):
+                raise ValueError(f"rank {me}: ZeroOptimizer: the ranks give different shard_weights: "
+                                 f"{[list(map(str, v)) for v in views]} (every rank must pass the same)")
+        return None if all(x == w[0] for x in w) else w
+
+    def _describe_layout(self, asked):
+        """The split, once at INFO (KAITIAN_DEBUG=INFO) from the group's first rank."""
+        if dist.get_rank() != _group_ranks(self.group)[0] or not _log.info_enabled():
+            return
+        s = dist.get_world_size(self.shard)
+        total = sum(b.numel for b in self.buckets)
+        per = [sum(b.cnt[r] if r < len(b.cnt) else 0 for b in self.buckets) for r in range(s)]
+        how = ("equal" if self.shard_weights is None else
+               "by free memory" if asked == "memory" else "by weight")
+        extra = ""
+        if getattr(self, "free_memory", None) is not None:
+            extra = "; free memory (MiB) " + ", ".join(f"{v / 2**20:.0f}" for v in self.free_memory)
+        _log.info(f"ZeroOptimizer stage {self.stage}: {total} elements of state sharded over {s} "
+                  f"ranks {how}: " + ", ".join(f"rank {r} {n}" for r, n in enumerate(per)) + extra)
+
     def _build_buckets(self, bucket_bytes):
         s = dist.get_world_size(self.shard)
         self.buckets = []
@@ -203,18 +358,18 @@ class ZeroOptimizer(torch.optim.Optimizer):
                 for p in ps:
                     nb = p.numel() * p.element_size()
                     if cur and size + nb > bucket_bytes:
-                        self.buckets.append(_Bucket(cur, gi, s, device, dtype))
+                        self.buckets.append(_Bucket(cur, gi, s, device, dtype, self.shard_weights))
                         cur, size = [], 0
                     cur.append(p)
                     size += nb
                 if cur:
-                    self.buckets.append(_Bucket(cur, gi, s, device, dtype))
+                    self.buckets.append(_Bucket(cur, gi, s, device, dtype, self.shard_weights))
         for i, b in enumerate(self.buckets):
             b.index = i  # its master chunk is self.masters[i]
 
     def _chunk(self, b):
         r = dist.get_rank(self.shard)
-        return b.flat[r * b.chunk:(r + 1) * b.chunk]
+        return b.flat[b.lo[r]:b.lo[r] + b.cnt[r]]
 
     def _build_inner(self, optimizer_class, optimizer_kwargs):
         """Per bucket an fp32 master chunk (a view of the bucket when it is fp32 on
@@ -231,7 +386,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
             else:
                 dev = torch.device("cpu") if self.offload else chunk.device
                 dt = torch.float32 if b.dtype in _LOW else b.dtype
-                master = torch.empty(b.chunk, dtype=dt, device=dev, pin_memory=pin)
+                master = torch.empty(chunk.numel(), dtype=dt, device=dev, pin_memory=pin)
                 master.copy_(chunk)
             master.requires_grad_(True)
             master.grad = torch.zeros_like(master)
@@ -277,24 +432,21 @@ class ZeroOptimizer(torch.optim.Optimizer):
         flat = b.gather_grads(self._grad_dtype(b))
         for p in b.params:
             p.grad = None
-        out = torch.empty(b.chunk, dtype=flat.dtype, device=flat.device)
+        out = torch.empty(self._chunk(b).numel(), dtype=flat.dtype, device=flat.device)
         if self.stage == 2 and self.overlap:
-            work = self._start_reduce(out, flat)
+            work = self._start_reduce(out, flat, b)
             self._pending.append((work, b, out, flat))
         else:
-            self._finish_reduce(self._start_reduce(out, flat), b, out)
+            self._finish_reduce(self._start_reduce(out, flat, b), b, out)
 
     @staticmethod
     def _grad_dtype(b):
         """Gradients are reduced in fp32 for bf16/fp16 parameters."""
         return torch.float32 if b.dtype in _LOW else b.dtype
 
-    def _start_reduce(self, out, flat):
+    def _start_reduce(self, out, flat, b):
         # The reduce-scatter runs asynchronously where the backend allows it.
-        if dist.get_backend(self.shard) == "gloo":
-            _reduce_scatter(out, flat, self.shard)
-            return None
-        return dist.reduce_scatter_tensor(out, flat, group=self.shard, async_op=True)
+        return _reduce_scatter_v(out, flat, b, self.shard, async_op=True)
 
     def _finish_reduce(self, work, b, out):
         if work is not None:
@@ -321,12 +473,12 @@ class ZeroOptimizer(torch.optim.Optimizer):
         for i, b in enumerate(self.buckets):
             if self.reduce_gradients:
                 flat = b.gather_grads(self._grad_dtype(b))
-                out = torch.empty(b.chunk, dtype=flat.dtype, device=flat.device)
-                self._finish_reduce(self._start_reduce(out, flat), b, out)
+                out = torch.empty(self._chunk(b).numel(), dtype=flat.dtype, device=flat.device)
+                self._finish_reduce(self._start_reduce(out, flat, b), b, out)
             else:  # DDP averaged them already: take this rank's chunk
                 flat = b.gather_grads(self._grad_dtype(b))
                 r = dist.get_rank(self.shard)
-                self.masters[i].grad.add_(flat[r * b.chunk:(r + 1) * b.chunk]
+                self.masters[i].grad.add_(flat[b.lo[r]:b.lo[r] + b.cnt[r]]
                                           .to(self.masters[i].device))
 
     def _gradients_ready(self):
@@ -344,7 +496,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
         norm_type = float(norm_type)
         dev = _collective_device(self.shard)
         if norm_type == math.inf:
-            local = max([m.grad.abs().max() for m in self.masters], default=torch.tensor(0.0))
+            local = max([m.grad.abs().max() for m in self.masters if m.numel()],
+                        default=torch.tensor(0.0))
             total = torch.tensor([float(local)], dtype=torch.float64, device=dev)
             dist.all_reduce(total, op=dist.ReduceOp.MAX, group=self.shard)
             norm = total.item()
@@ -375,7 +528,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
             chunk = self._chunk(b)
             if m.data_ptr() != chunk.data_ptr():
                 chunk.copy_(m)
-            _all_gather(b.flat, chunk, self.shard)
+            _all_gather_v(b.flat, b, chunk, self.shard)
             m.grad.zero_()  # the next step's gradients start from zero
         self._stage1_reduced = False
         return loss
@@ -430,9 +583,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
 
     def _gather_chunk(self, b, t):
         """The full bucket (unpadded, fp32) from every shard's chunk `t`."""
-        out = torch.empty(b.chunk * dist.get_world_size(self.shard), dtype=t.dtype,
-                          device=self._chunk(b).device)
-        _all_gather(out, t.to(out.device).contiguous(), self.shard)
+        out = torch.empty(b.flat.numel(), dtype=t.dtype, device=self._chunk(b).device)
+        _all_gather_v(out, b, t.to(out.device).contiguous(), self.shard)
         return out[:b.numel]
 
     def state_dict(self):
@@ -497,11 +649,11 @@ class ZeroOptimizer(torch.optim.Optimizer):
                 if all(torch.is_tensor(v) and v.shape == p.shape for v, p in pairs) and \
                         key != "step":
                     dtype = pairs[0][0].dtype
-                    flat = torch.zeros(b.chunk * dist.get_world_size(self.shard), dtype=dtype)
+                    flat = torch.zeros(b.flat.numel(), dtype=dtype)
                     for st, p, o in zip(per, b.params, b.offsets):
                         if key in st:
                             flat[o:o + p.numel()] = st[key].reshape(-1).cpu()
-                    new[key] = flat[r * b.chunk:(r + 1) * b.chunk].to(m.device).clone()
+                    new[key] = flat[b.lo[r]:b.lo[r] + b.cnt[r]].to(m.device).clone()
                 else:  # per parameter (a step count): the first parameter's
                     v = pairs[0][0]
                     new[key] = v.clone() if torch.is_tensor(v) else v
@@ -514,6 +666,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
 
     def __repr__(self):
         s = dist.get_world_size(self.shard)
+        w = "" if self.shard_weights is None else ", weights " + ":".join(
+            f"{float(x):.3g}" for x in self.shard_weights)
         return (f"ZeroOptimizer(stage={self.stage}, {type(self.inner).__name__}, {len(self.buckets)}"
                 f" bucket(s), shards of {s}{', node-local' if self.replica is not None else ''}"
-                f"{', offload' if self.offload else ''})")
+                f"{', offload' if self.offload else ''}{w})")
