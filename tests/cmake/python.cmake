@@ -122,6 +122,15 @@ kt_py_test(hetero_leftout_fails 200 ${KT_PYTHON} ${KT_PY_DIR}/test_hetero.py dri
 set_tests_properties(${KT_PY_PREFIX}_hetero_slow ${KT_PY_PREFIX}_hetero_curves
                      ${KT_PY_PREFIX}_hetero_leaveout ${KT_PY_PREFIX}_hetero_rebalance
                      PROPERTIES SKIP_RETURN_CODE 77)
+kt_py_test(balance_cut 120 ${KT_PYTHON} ${KT_PY_DIR}/test_balance.py cut)
+kt_py_test(balance_slow 200 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_balance.py slow)
+kt_py_test(balance_exact_np3 200 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_balance.py exact)
+kt_py_test(balance_exact_np4 200 ${KT_CLI} run -n 4 ${KT_PY_DIR}/test_balance.py exact)
+kt_py_test(balance_exact_np4_gloo 200 ${KT_CLI} run -n 4 ${KT_PY_DIR}/test_balance.py exact
+           --backend gloo)
+# Times layers on CPUs it pins (one rank shares its CPU with a busy process):
+# nothing else may run meanwhile.
+set_tests_properties(${KT_PY_PREFIX}_balance_slow PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
 kt_py_test(bench_hetero_smoke 300 ${KT_PYTHON} ${KT_PY_DIR}/test_bench_hetero.py ${KT_CLI} ${KT_PYTHON})
 kt_py_test(train_zero 500 ${KT_PYTHON} ${KT_PY_DIR}/test_train_zero.py ${KT_CLI})
 kt_py_test(train_gpt 500 ${KT_PYTHON} ${KT_PY_DIR}/test_train_gpt.py ${KT_CLI})

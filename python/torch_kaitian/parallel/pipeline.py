@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from .._device import _collective_device, _group_ranks
+from .balance import StagePlan
 
 __all__ = ["Pipeline", "PipelineError", "average_gradients"]
 
@@ -84,7 +85,8 @@ class Pipeline:
     parameters; step any optimizer after it. schedule: "1f1b" (warm-up, then one
     forward one backward, then cool-down: at most p microbatches' activations
     live on the first stage) or "gpipe" (every forward, then every backward:
-    all M live). Same numbers either way."""
+    all M live). Same numbers either way. stage: this rank's module, or the
+    StagePlan of parallel.balance() (its cut of the layers by speed)."""
 
     def __init__(self, stage, group, num_microbatches, schedule="1f1b", loss_fn=None,
                  device=None):
@@ -95,6 +97,11 @@ class Pipeline:
         if int(num_microbatches) != num_microbatches or num_microbatches < 1:
             raise ValueError(f"rank {me}: Pipeline: num_microbatches must be a positive integer, "
                              f"not {num_microbatches!r}")
+        if isinstance(stage, StagePlan):  # balance()'s cut: this rank's layers
+            if dist.get_rank(group) < 0 or len(stage.bounds) != dist.get_world_size(group):
+                raise ValueError(f"rank {me}: Pipeline: the StagePlan has {len(stage.bounds)} "
+                                 f"stages for a pipe group of {dist.get_world_size(group)}")
+            stage = stage.stage(dist.get_rank(group))
         self.stage, self.group = stage, group
         self.m, self.schedule = int(num_microbatches), schedule
         self.s = dist.get_rank(group)
