@@ -16,6 +16,17 @@ The pieces, all from torch_kaitian.parallel:
   Pipeline: the layers divided among the pipe stages, 1F1B over microbatches;
   ZeroOptimizer(stage=1, group=data): AdamW state sharded over the data ranks,
       gradients averaged over them.
+With --mixed (ranks of different speeds and memories, e.g. under
+`kaitian run --devices cuda:1,cpu:3`; tensor 1), the plan for mixed devices:
+  balance(): the layers cut into stages by each pipe rank's measured speed
+      (the first data replica's cut, used by every replica);
+  ZeroOptimizer(shard_weights="memory"): each data rank holds optimizer state in
+      proportion to its free memory;
+  shares of every global batch among the data replicas by speed (each
+      replica's slowest stage under the cut; torch_kaitian.shares, the rule of
+      HeteroSampler), each replica's loss weighted by its share so that the
+      gradient stays the exact mean over the global batch.
+  The plan is printed at the start (and at KAITIAN_DEBUG=INFO by the pieces).
 Every rank builds the whole model from the same seed and keeps its stage and
 its shards, so a 3-D run starts from the same weights as a 1-D run, and with
 the same global batch it follows the same loss curve (float rounding aside).
@@ -40,8 +51,9 @@ except ImportError:  # run from a source checkout: use the package next to this 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     import torch_kaitian
 from torch_kaitian.parallel import (ColumnParallelLinear, Pipeline, PipelineError,
-                                    RowParallelLinear, Topology, VocabParallelEmbedding,
-                                    ZeroOptimizer, vocab_parallel_cross_entropy)
+                                    RowParallelLinear, StagePlan, Topology,
+                                    VocabParallelEmbedding, ZeroOptimizer, balance,
+                                    vocab_parallel_cross_entropy)
 
 CORPUS = "/usr/share/common-licenses"
 
@@ -146,19 +158,46 @@ class FailingForward(nn.Module):
         return self.inner(x)
 
 
-def build_stage(args, vocab, topo):
+def build_layers(args, vocab, topo):
     """Every rank builds every layer in the same order from the same seed (so
-    the weights equal a 1-D run's) and keeps those of its stage."""
+    the weights equal a 1-D run's)."""
     tp = topo.group("tensor")
     torch.manual_seed(args.seed)
     layers = [Embed(vocab, args.d_model, args.context, tp)]
     layers += [Block(args.d_model, args.heads, tp) for _ in range(args.layers)]
     layers.append(Head(args.d_model, vocab, tp))
+    if len(layers) < topo.size("pipe"):
+        raise ValueError(f"{len(layers)} layers cannot fill {topo.size('pipe')} pipe stages")
+    return layers
+
+
+def build_stage(args, vocab, topo):
+    """This rank's stage: the layers cut into equal counts."""
+    layers = build_layers(args, vocab, topo)
     p, s = topo.size("pipe"), topo.rank("pipe")
-    if len(layers) < p:
-        raise ValueError(f"{len(layers)} layers cannot fill {p} pipe stages")
     bounds = [round(i * len(layers) / p) for i in range(p + 1)]
     return Stage(layers[bounds[s]:bounds[s + 1]])
+
+
+def mixed_plan(args, vocab, topo, ids, device):
+    """--mixed: the cut by speed (the first replica's), and each data
+    replica's capability (1 / its slowest stage under that cut)."""
+    layers = build_layers(args, vocab, topo)
+    per = max(1, args.global_batch // args.data // args.microbatches)
+    g = torch.Generator().manual_seed(args.seed)
+    start = torch.randint(0, len(ids) - args.context - 1, (per,), generator=g)
+    sample = torch.stack([ids[i:i + args.context] for i in start.tolist()])
+    plan = balance(layers, sample.to(device), topo.group("pipe"), device=device)
+    # Every replica uses the first replica's cut (its stages hold the same layers).
+    bounds = torch.tensor([b for ab in plan.bounds for b in ab], dtype=torch.int64)
+    dist.broadcast(bounds, src=0)
+    cut = [(int(bounds[2 * i]), int(bounds[2 * i + 1])) for i in range(topo.size("pipe"))]
+    times = [sum(t[a:b]) for t, (a, b) in zip(plan.layer_times, cut)]
+    plan = StagePlan(layers, cut, times, plan.layer_times, plan.equal_times, topo.group("pipe"))
+    cap = torch.tensor([1.0 / max(max(times), 1e-12)], dtype=torch.float64)
+    every = [torch.zeros_like(cap) for _ in range(topo.size("data"))]
+    dist.all_gather(every, cap, group=topo.group("data"))
+    return plan, [float(c) for c in every]
 
 
 def main():
@@ -180,6 +219,9 @@ def main():
     ap.add_argument("--backend", default="kaitian")
     ap.add_argument("--loss-log", help="the last stage's rank 0 writes the losses here (JSON)")
     ap.add_argument("--fail-stage", type=int, default=-1, help="(test) this stage raises")
+    ap.add_argument("--mixed", action="store_true",
+                    help="the plan for mixed devices: stages by speed, ZeRO state by memory, "
+                         "batch shares by speed (see above); each rank on torch_kaitian.device()")
     args = ap.parse_args()
 
     dist.init_process_group(args.backend)
@@ -192,17 +234,45 @@ def main():
         print(topo.describe(), flush=True)
     ids, chars = load_corpus()
     vocab = len(chars) + (-len(chars)) % args.tensor  # divisible among the tensor ranks
-    stage = build_stage(args, vocab, topo)
+    device = torch.device("cpu")
+    caps = [1.0] * args.data
+    if args.mixed:
+        if args.tensor != 1:
+            sys.exit("train_gpt: --mixed runs with --tensor 1 (balance times whole layers)")
+        device = torch_kaitian.device()
+        plan, caps = mixed_plan(args, vocab, topo, ids, device)
+        stage = plan.stage(topo.rank("pipe")).to(device)
+        if dist.get_rank() == 0:
+            print(plan.describe(), flush=True)
+    else:
+        stage = build_stage(args, vocab, topo)
     s, p = topo.rank("pipe"), topo.size("pipe")
     first, last = s == 0, s == p - 1
     if s == args.fail_stage:
         stage = FailingForward(stage)
     tp = topo.group("tensor")
+    # Each replica's share of every global batch (equal without --mixed) and
+    # the weight of each microbatch's loss: the pipeline averages its M
+    # microbatches' losses and ZeroOptimizer averages over the D replicas, so
+    # a microbatch of n sequences weighted n x M x D / global batch makes the
+    # result the mean over the global batch however uneven the pieces.
+    shares = torch_kaitian.shares(args.global_batch, caps)
+    me_d = topo.rank("data")
+    scale = args.microbatches * args.data / args.global_batch
+    if min(shares) < args.microbatches:
+        sys.exit(f"train_gpt: a data replica's share of the global batch ({shares}) is smaller "
+                 f"than --microbatches {args.microbatches}")
     pipe = Pipeline(stage, topo.group("pipe"), args.microbatches, schedule=args.schedule,
-                    loss_fn=lambda logits, y: vocab_parallel_cross_entropy(
-                        logits.reshape(-1, logits.shape[-1]), y.reshape(-1), group=tp))
+                    loss_fn=lambda logits, y: y.shape[0] * scale * vocab_parallel_cross_entropy(
+                        logits.reshape(-1, logits.shape[-1]), y.reshape(-1), group=tp),
+                    device=device)
     opt = ZeroOptimizer(stage.parameters(), torch.optim.AdamW, stage=1, group=topo.group("data"),
-                        lr=args.lr, weight_decay=0.0)
+                        lr=args.lr, weight_decay=0.0,
+                        shard_weights="memory" if args.mixed else None)
+    if args.mixed and dist.get_rank() == 0:
+        print(f"data replicas: capabilities {', '.join(f'{c:.1f}' for c in caps)} "
+              f"microbatch/s, shares {shares} of {args.global_batch} sequences; {opt!r}",
+              flush=True)
     nparam = torch.tensor([float(sum(q.numel() for q in stage.parameters()))])
     dist.all_reduce(nparam, group=topo.group("pipe"))
     dist.all_reduce(nparam, group=tp)
@@ -212,17 +282,17 @@ def main():
               f"{nparam.item() / 1e6:.2f} M parameters; pipe {p} x tensor {args.tensor} x data "
               f"{args.data}, {args.microbatches} microbatches ({args.schedule}), global batch "
               f"{args.global_batch} x {args.context} tokens", flush=True)
-    per = args.global_batch // args.data
-    if per * args.data != args.global_batch:
+    if not args.mixed and args.global_batch % args.data:
         sys.exit(f"train_gpt: --global-batch {args.global_batch} is not divisible by --data "
                  f"{args.data}")
+    lo = sum(shares[:me_d])
     losses = []
     for step in range(args.steps):
         g = torch.Generator().manual_seed(args.seed * 1000003 + step)  # the same batch everywhere
         start = torch.randint(0, len(ids) - args.context - 1, (args.global_batch,), generator=g)
         rows = torch.stack([ids[i:i + args.context + 1] for i in start.tolist()])
-        mine = rows[topo.rank("data") * per:(topo.rank("data") + 1) * per]
-        x, y = mine[:, :-1], mine[:, 1:]
+        mine = rows[lo:lo + shares[me_d]]
+        x, y = mine[:, :-1].to(device), mine[:, 1:].to(device)
         if isinstance(stage, FailingForward):
             stage.armed = step == 1
         t0 = time.perf_counter()
@@ -233,8 +303,8 @@ def main():
             print(f"rank {dist.get_rank()} (stage {s}): {e}", file=sys.stderr, flush=True)
             sys.exit(1)
         opt.step()
-        lt = torch.tensor([float(loss)], dtype=torch.float64)
-        dist.all_reduce(lt, group=topo.group("data"))
+        lt = torch.tensor([float(loss)], dtype=torch.float64)  # each replica's weighted part:
+        dist.all_reduce(lt, group=topo.group("data"))           # their mean is the global mean
         lt /= args.data
         dt = time.perf_counter() - t0
         losses.append(lt.item())

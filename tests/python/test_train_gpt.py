@@ -2,7 +2,9 @@
 """test_train_gpt.py - examples/train_gpt.py, the 3-D parallel GPT: on 8 ranks
 as pipe 2 x tensor 2 x data 2 its losses over the first 5 steps equal those of
 1 rank (pipe 1 x tensor 1 x data 1) at the same seed and global batch (float32,
-1e-4 relative), also with the GPipe schedule; and a stage that raises in its
+1e-4 relative), also with the GPipe schedule, and so do the plans for mixed
+devices (--mixed: stages by measured speed, ZeRO state by free memory, batch
+shares by speed) at pipe 2 x data 2 and pipe 1 x data 3; and a stage that raises in its
 forward ends the job, with that stage's error reported by every rank.
 Usage: test_train_gpt.py KAITIAN_CLI."""
 import json
@@ -35,13 +37,15 @@ def main():
         for name, n, extra in (("1d", 1, []),
                                ("3d", 8, ["--pipe", "2", "--tensor", "2", "--data", "2"]),
                                ("3d-gpipe", 8, ["--pipe", "2", "--tensor", "2", "--data", "2",
-                                                "--schedule", "gpipe"])):
+                                                "--schedule", "gpipe"]),
+                               ("mixed", 4, ["--pipe", "2", "--data", "2", "--mixed"]),
+                               ("mixed-data3", 3, ["--pipe", "1", "--data", "3", "--mixed"])):
             path = os.path.join(tmp, name + ".json")
             run(cli, n, extra, path)
             with open(path) as f:
                 logs[name] = json.load(f)["losses"]
     ref = logs["1d"]
-    for name in ("3d", "3d-gpipe"):
+    for name in ("3d", "3d-gpipe", "mixed", "mixed-data3"):
         worst = max(abs(a - b) / abs(b) for a, b in zip(logs[name], ref))
         if len(logs[name]) != 5 or worst > 1e-4:
             sys.exit(f"FAIL: {name} losses {logs[name]} against 1-D {ref} ({worst:.2e})")
@@ -56,7 +60,8 @@ def main():
         p.stdout, re.M))
     if ranks != set(range(8)):
         sys.exit(f"FAIL: only ranks {sorted(ranks)} reported stage 1's failure")
-    print(f"PASS train_gpt: 3-D (2x2x2, 1F1B and GPipe) equals 1-D over 5 steps {ref}; a failing "
+    print(f"PASS train_gpt: 3-D (2x2x2, 1F1B and GPipe) and the mixed plans (2x2, 1x3) equal 1-D "
+          f"over 5 steps {ref}; a failing "
           f"stage is reported by all 8 ranks (launcher exit {p.returncode})")
 
 

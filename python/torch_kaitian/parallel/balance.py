@@ -14,7 +14,6 @@ best (the figures' own noise), the one with the most even layer counts is
 taken, so equal layers on equal devices are cut equally. cut() is the same
 program on given figures.
 """
-import copy
 import math
 import time
 
@@ -231,33 +230,51 @@ def _saved_bytes(layer, args):
 
 def _time_layers(layers, sample, dev, seconds, warmup, min_reps):
     """Per layer: mean seconds of forward + backward, and bytes (parameters,
-    saved activations); each layer copied to dev in turn."""
+    saved activations); each layer moved to dev in turn and back where it was
+    (modules move in place: no copy of layers that hold process groups), its
+    gradients restored."""
     x = tuple(t.to(dev) if torch.is_tensor(t) else t for t in _as_args(sample))
     times, params, acts = [], [], []
     for layer in layers:
-        mod = copy.deepcopy(layer).to(dev)
-        args = _prepare_inputs(x)
-        for _ in range(warmup):
-            _fwd_bwd(mod, args)
-        mod.zero_grad(set_to_none=True)
-        _sync(dev)
-        k, total = 0, 0.0
-        t_start = time.perf_counter()
-        # A wall-clock window per layer: a rank that shares its CPU shows its share.
-        while k < min_reps or time.perf_counter() - t_start < seconds:
-            args = _prepare_inputs(x)
-            t0 = time.perf_counter()
-            _fwd_bwd(mod, args)
-            _sync(dev)
-            total += time.perf_counter() - t0
-            k += 1
-        times.append(total / k)
-        params.append(sum(q.numel() * q.element_size() for q in mod.parameters()))
-        acts.append(_saved_bytes(mod, _prepare_inputs(x)))
-        with torch.no_grad():
-            x = _as_args(mod(*x))
-        del mod
+        home = next((q.device for q in layer.parameters()), dev)
+        grads = [q.grad for q in layer.parameters()]
+        try:
+            out = _time_one(layer.to(dev), x, dev, seconds, warmup, min_reps)
+        finally:
+            layer.to(home)
+            for q, g in zip(layer.parameters(), grads):
+                q.grad = g
+        x, t, pb, ab = out
+        times.append(t)
+        params.append(pb)
+        acts.append(ab)
     return times, params, acts
+
+
+def _time_one(mod, x, dev, seconds, warmup, min_reps):
+    """(the layer's outputs on x, seconds per forward + backward, parameter
+    bytes, saved-activation bytes)."""
+    args = _prepare_inputs(x)
+    for _ in range(warmup):
+        _fwd_bwd(mod, args)
+    mod.zero_grad(set_to_none=True)
+    _sync(dev)
+    k, total = 0, 0.0
+    t_start = time.perf_counter()
+    # A wall-clock window per layer: a rank that shares its CPU shows its share.
+    while k < min_reps or time.perf_counter() - t_start < seconds:
+        args = _prepare_inputs(x)
+        t0 = time.perf_counter()
+        _fwd_bwd(mod, args)
+        _sync(dev)
+        total += time.perf_counter() - t0
+        k += 1
+    pbytes = sum(q.numel() * q.element_size() for q in mod.parameters())
+    abytes = _saved_bytes(mod, _prepare_inputs(x))
+    with torch.no_grad():
+        x = _as_args(mod(*x))
+    mod.zero_grad(set_to_none=True)
+    return x, total / k, pbytes, abytes
 
 
 def balance(layers, sample, group=None, device=None, memory=None, state_factor=4,
