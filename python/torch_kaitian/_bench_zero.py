@@ -9,6 +9,10 @@ median step time of the slowest rank, the per-rank peak resident memory
 gradients, the optimizer state, buffers in flight) and the optimizer state
 bytes of rank 0. DDP and ZeroRedundancyOptimizer run under DDP; ZeroOptimizer
 runs without it (stage 1 and 2 reduce the gradients themselves).
+
+--shard-weights memory|w0,w1,...: instead, ZeroOptimizer stage 2 with equal
+parts against parts by those weights ("memory": each rank's free memory), per
+rank: the optimizer state held and the peak resident memory training added.
 """
 import argparse
 import os
@@ -65,7 +69,7 @@ def _state_bytes(opt):
                if torch.is_tensor(t))
 
 
-def _job(rank, world, port, cpus, args, kind, backend, out):
+def _job(rank, world, port, cpus, args, kind, backend, out, weights=None):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world))
     if cpus:
@@ -96,7 +100,7 @@ def _job(rank, world, port, cpus, args, kind, backend, out):
             except ImportError:
                 pass
         opt = ZeroOptimizer(model.parameters(), inner, stage=1 if kind == "zero1" else 2,
-                            offload=kind == "zero2off", **adam)
+                            offload=kind == "zero2off", shard_weights=weights, **adam)
     times = []
     for s in range(args.warmup + args.steps):
         dist.barrier()
@@ -107,21 +111,49 @@ def _job(rank, world, port, cpus, args, kind, backend, out):
         times.append(time.perf_counter() - t0)
     med = torch.tensor([statistics.median(times[args.warmup:])], dtype=torch.float64)
     dist.all_reduce(med, op=dist.ReduceOp.MAX)
-    peak = torch.tensor([float(_hwm_kib() - base)], dtype=torch.float64)
-    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    mine = (float(_hwm_kib() - base) * 1024, _state_bytes(opt))
+    every = [None] * world
+    dist.all_gather_object(every, mine)
     if rank == 0:
-        out.put((med.item(), peak.item() * 1024, _state_bytes(opt)))
+        out.put((med.item(), max(e[0] for e in every), every[0][1], every))
     del net, opt
     dist.destroy_process_group()
 
 
-def _run_config(world, args, kind, backend):
+def _run_config(world, args, kind, backend, weights=None):
     import torch.multiprocessing as mp
     from .bench import fork_ranks
     q = mp.get_context("fork").Queue()
-    if any(fork_ranks(world, _job, args, kind, backend, q)):
+    if any(fork_ranks(world, _job, args, kind, backend, q, weights)):
         return None
     return q.get()
+
+
+def _weights(args, world):
+    if args.shard_weights == "memory":
+        return "memory"
+    w = [float(x) for x in args.shard_weights.split(",")]
+    if len(w) != world:
+        sys.exit(f"bench --zero: --shard-weights {args.shard_weights} has {len(w)} weights for "
+                 f"{world} ranks")
+    return w
+
+
+def _by_weight(args, worlds):
+    for world in worlds:
+        w = _weights(args, world)
+        print(f"\n{world} ranks, ZeroOptimizer stage 2 over kaitian: equal parts against weights "
+              f"{args.shard_weights}")
+        print(f"  {'split':<10s} {'step ms':>9s}   " + "  ".join(
+            f"{'rank ' + str(r) + ' state/peak MiB':>24s}" for r in range(world)))
+        for name, weights in (("equal", None), ("weighted", w)):
+            r = _run_config(world, args, "zero2", "kaitian", weights)
+            if r is None:
+                print(f"  {name:<10s} {'failed':>9s}")
+                continue
+            cells = "  ".join(f"{st / 2**20:11.1f} / {pk / 2**20:10.1f}" for pk, st in r[3])
+            print(f"  {name:<10s} {r[0] * 1e3:9.1f}   {cells}", flush=True)
+    return 0
 
 
 def main(argv=None):
@@ -133,7 +165,10 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=16, help="samples per rank")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--shard-weights", help="memory or w0,w1,...: equal against weighted parts")
     args = ap.parse_args(argv)
+    if args.shard_weights:
+        return _by_weight(args, [int(w) for w in args.world.split(",")])
     n = sum(p.numel() for p in _model(args.width, args.depth).parameters())
     print(f"torch_kaitian bench --zero: MLP {args.depth} x Linear({args.width}, {args.width}) = "
           f"{n / 1e6:.1f} M parameters ({n * 4 / 2**20:.0f} MiB fp32), AdamW, batch {args.batch} "

@@ -135,6 +135,24 @@ def _any_cuda(tensors):
     return any(t.is_cuda for t in tensors) and torch.cuda.is_available()
 
 
+def _consecutive(tensors):
+    """Whether tensors are CPU, contiguous, of one native dtype and lie one
+    right after another in memory (views of one buffer, in order: ZeRO's
+    uneven parts): then the core reads or writes them in place."""
+    t0 = tensors[0]
+    if t0.dtype not in T.NATIVE:
+        return False
+    es, end = t0.element_size(), None
+    for t in tensors:
+        if not (t.is_cpu and t.is_contiguous() and t.dtype == t0.dtype):
+            return False
+        if end is not None and t.numel() and t.data_ptr() != end:
+            return False
+        if t.numel() or end is None:
+            end = t.data_ptr() + t.numel() * es
+    return True
+
+
 def _copy_slices(host, outs):
     off = 0
     for o in outs:
@@ -505,8 +523,16 @@ class ProcessGroupKaitian(_Base):
         if counts[self._rank] != t.numel():
             raise ValueError(f"kaitian backend: allgather: output tensor {self._rank} has "
                              f"{counts[self._rank]} elements but the input has {t.numel()}")
-        host, view, dt, k = _flat_host(sum(counts), t.dtype, _any_cuda(outs))
         what = self._desc(f"allgather of {t.numel()} {t.dtype}")
+        if not all(c == counts[0] for c in counts) and _consecutive(outs) and b.dt == \
+                T.NATIVE[t.dtype] and outs[0].data_ptr():
+            # Uneven parts of one buffer: the core writes them in place.
+            rc = T.size_array(counts)
+            rd = T.size_array([sum(counts[:i]) for i in range(len(counts))])
+            args = (b.ptr, b.count, outs[0].data_ptr(), rc, rd, b.dt)
+            return self._submit(self._comm, "allgatherv", args, what, mode, output_tensors,
+                                (b, outs, rc, rd), None)
+        host, view, dt, k = _flat_host(sum(counts), t.dtype, _any_cuda(outs))
         finish = lambda: _copy_slices(host, outs)  # noqa: E731
         if all(c == counts[0] for c in counts):
             args = (b.ptr, view.data_ptr() or T.EMPTY_PTR, b.count, dt)
@@ -650,6 +676,17 @@ class ProcessGroupKaitian(_Base):
         self._check_list(ins, t, "reduce_scatter input")
         op, opname = _reduce_op(opts)
         work, dt, how = T.reduce_plan(t.dtype, op)
+        counts0 = [x.numel() for x in ins]
+        if how is None and work == t.dtype and len(set(counts0)) > 1 and _consecutive(ins) and \
+                t.is_cpu and t.is_contiguous() and counts0[self._rank] == t.numel() and \
+                ins[0].data_ptr():
+            # Uneven parts of one buffer: the core reads them in place.
+            rc = T.size_array(counts0)
+            return self._submit(
+                self._comm, "reduce_scatterv", (ins[0].data_ptr(), t.data_ptr() or T.EMPTY_PTR, rc,
+                                                dt, op),
+                self._desc(f"reduce_scatter of {t.numel()} {t.dtype} ({opname})"), mode,
+                output_tensors, (ins, t, rc), None)
         flat = T.flat_stage(ins, work=work)
         fview = torch.view_as_real(flat) if how == "complex" else (
             flat.view(torch.int64) if how == "uint64" else flat)

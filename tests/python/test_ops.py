@@ -193,6 +193,19 @@ def test_gathers(device):
     dist.all_gather(outs, inp(RANK, RANK + 2, torch.float32).to(device))
     for r in range(WS):
         check(f"all_gather uneven [{r}]", inp(r, r + 2, torch.float32), outs[r])
+    # uneven parts of one buffer (the core writes them in place), the input
+    # this rank's part (in place) and apart from it
+    for inplace in (True, False):
+        for dtype in (torch.float64, torch.bfloat16, torch.int8):
+            buf = torch.zeros(sum(r + 2 for r in range(WS)), dtype=dtype, device=device)
+            parts = list(buf.split([r + 2 for r in range(WS)]))
+            mine = inp(RANK, RANK + 2, dtype).to(device)
+            if inplace:
+                parts[RANK].copy_(mine)
+                mine = parts[RANK]
+            dist.all_gather(parts, mine)
+            check(f"all_gather uneven parts of one buffer {dtype} in place={inplace}",
+                  torch.cat([inp(r, r + 2, dtype) for r in range(WS)]), buf)
     big = torch.zeros(WS * 5, device=device)
     dist.all_gather_into_tensor(big, inp(RANK, 5, torch.float32).to(device))
     check("all_gather_into_tensor", torch.cat([inp(r, 5, torch.float32) for r in range(WS)]), big)
@@ -243,6 +256,16 @@ def test_reduce_scatter(device):
     out = torch.zeros(sizes[RANK], dtype=torch.int64, device=device)
     dist.reduce_scatter(out, [b.to(device) for b in blocks], op=R.MAX)
     check("reduce_scatter uneven", refu.split(sizes)[RANK], out)
+    # the same blocks apart in memory (staged into one buffer first)
+    out = torch.zeros(sizes[RANK], dtype=torch.int64, device=device)
+    dist.reduce_scatter(out, [b.clone().to(device) for b in blocks], op=R.MAX)
+    check("reduce_scatter uneven, blocks apart", refu.split(sizes)[RANK], out)
+    for dtype in (torch.float64, torch.float32, torch.int32):
+        srcd = inp(RANK, tot, dtype).to(device)
+        out = torch.zeros(sizes[RANK], dtype=dtype, device=device)
+        dist.reduce_scatter(out, list(srcd.split(sizes)), op=R.SUM)
+        check(f"reduce_scatter uneven {dtype} SUM", reference("SUM", dtype, tot).split(sizes)[RANK],
+              out)
 
 
 def test_alltoall(device):

@@ -130,7 +130,7 @@ def _all_gather_v(dst, b, src, group):
     k = dbits.numel() // dst.numel() if dst.numel() else 1
     if _uneven_ok(group):
         outs = [dbits[lo * k:(lo + c) * k] for lo, c in zip(b.lo, b.cnt)]
-        dist.all_gather(outs, sbits.clone(), group=group)
+        dist.all_gather(outs, sbits, group=group)  # in place where src is this rank's part
         return
     most = max(b.cnt) * k  # the fallback: parts padded to the largest
     pad = torch.zeros(most, dtype=dbits.dtype, device=dbits.device)
