@@ -351,23 +351,14 @@ def memory_per_sample(model, sample, loss_fn=None):
     if first is None or first.dim() == 0 or first.shape[0] == 0:
         raise ValueError(f"rank {_world()[0]}: memory_per_sample: the sample has no batch "
                          f"(dim 0 of its first tensor)")
-    params = {p.data_ptr() for p in model.parameters()}
-    seen, total = set(), [0]
-
-    def pack(t):
-        key = (t.data_ptr(), t.numel(), t.dtype)
-        if t.data_ptr() not in params and key not in seen:
-            seen.add(key)
-            total[0] += _bytes_of(t)
-        return t
-
+    from .parallel._memory import saved_bytes
     args = inputs if isinstance(inputs, (list, tuple)) else (inputs,)
     with torch.random.fork_rng(devices=[dev.index or 0] if dev.type == "cuda" else []):
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with saved_bytes(model) as total:
             out = model(*args)
             loss = loss_fn(out, target) if loss_fn is not None else _scalar_loss(out)
-    total[0] += sum(_bytes_of(t) for t in _flat_tensors(out)) + _bytes_of(loss)
-    return total[0] / int(first.shape[0])
+    total = total[0] + sum(_bytes_of(t) for t in _flat_tensors(out)) + _bytes_of(loss)
+    return total / int(first.shape[0])
 
 
 def _flat_tensors(out):

@@ -9,6 +9,7 @@ by the number of ranks of `group` on the host that hold their state on the
 CPU."""
 import os
 import socket
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -64,3 +65,22 @@ def free_memory(device, group=None):
         if on_cpu:
             cpu_ranks[host] = cpu_ranks.get(host, 0) + 1
     return [free // cpu_ranks[host] if on_cpu else free for host, on_cpu, free in views]
+
+
+@contextmanager
+def saved_bytes(module):
+    """Counts the bytes autograd saves for backward while the block runs
+    (each tensor once; `module`'s parameters, which every batch shares, not
+    counted): `with saved_bytes(m) as count: out = m(x)`, then count[0]."""
+    params = {q.data_ptr() for q in module.parameters()}
+    seen, count = set(), [0]
+
+    def pack(t):
+        key = (t.data_ptr(), t.numel(), t.dtype)
+        if t.data_ptr() not in params and key not in seen:
+            seen.add(key)
+            count[0] += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield count

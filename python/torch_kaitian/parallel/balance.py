@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from .. import _log
 from .._device import _collective_device, _group_ranks
+from ._memory import saved_bytes
 
 __all__ = ["balance", "cut", "StagePlan", "Stage"]
 
@@ -213,17 +214,7 @@ def _fwd_bwd(layer, args):
 def _saved_bytes(layer, args):
     """Bytes autograd keeps from this layer's forward for its backward (its
     own parameters not counted), plus its outputs."""
-    params = {q.data_ptr() for q in layer.parameters()}
-    seen, total = set(), [0]
-
-    def pack(t):
-        key = (t.data_ptr(), t.numel(), t.dtype)
-        if t.data_ptr() not in params and key not in seen:
-            seen.add(key)
-            total[0] += t.numel() * t.element_size()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with saved_bytes(layer) as total:
         outs = _as_args(layer(*args))
     return total[0] + sum(o.numel() * o.element_size() for o in outs if torch.is_tensor(o))
 
