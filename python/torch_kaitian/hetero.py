@@ -385,6 +385,11 @@ def max_local_batch(model, sample, loss_fn=None, headroom=0.8, group=None):
     pers = _gather_floats([per], group)
     out = [max(1, int(headroom * f // max(p[0], 1.0))) for f, p in zip(free, pers)]
     _last_max_batch = out
+    if _world(group)[0] == 0:
+        from . import _log
+        _log.info("max_local_batch: " + ", ".join(
+            f"rank {r} {m} samples ({f / 2**20:.0f} MiB free, {p[0] / 1024:.1f} KiB per sample)"
+            for r, (m, f, p) in enumerate(zip(out, free, pers))))
     return list(out)
 
 
