@@ -103,7 +103,7 @@ kt_fuzz_harness(jobenv core/hostlist.c core/jobenv.c core/error.c core/log.c cor
 kt_fuzz_harness(store_server store/tcp_server.c store/tcp_client.c store/store.c core/error.c core/log.c
                 core/params.c core/util.c)
 kt_fuzz_harness(algo LIB)
-kt_fuzz_harness(run LIB tools/kaitian/run_devices.c tools/kaitian/run_node.c tools/kaitian/run_output.c
+kt_fuzz_harness(run LIB tools/kaitian/run_devices.c tools/kaitian/run_live.c tools/kaitian/run_node.c tools/kaitian/run_output.c
                 tools/kaitian/run_proc.c)
 kt_fuzz_harness(store_client store/store.c core/error.c core/log.c core/params.c core/util.c)
 kt_fuzz_harness(tcp LIB)

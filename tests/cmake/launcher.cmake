@@ -20,6 +20,10 @@ kt_launcher_test(grandchild 60 grandchild.sh ${KT_CLI})
 kt_launcher_test(kill9 60 kill9.sh ${KT_CLI})
 kt_launcher_test(python 60 python.sh ${KT_CLI})
 kt_launcher_test(multinode 120 multinode.sh ${KT_CLI} ${KT_PROBE})
+# Slow is not gone: a node's launcher blocked on its output, in a store
+# call, or stopped is not declared lost; one killed is named within 1 s;
+# KAITIAN_RUN_LOST_MS checked.
+kt_launcher_test(liveness 120 liveness.sh ${KT_CLI})
 kt_launcher_test(info 60 info.sh ${KT_CLI} ${PROJECT_SOURCE_DIR}/src/core/params.def)
 kt_launcher_test(env_docs 30 env_docs.sh ${KT_CLI} ${PROJECT_SOURCE_DIR}/docs/env.md)
 kt_launcher_test(bind 60 bind.sh ${KT_CLI})

@@ -31,6 +31,12 @@ add_test(NAME multihost.netns.stranger COMMAND sh ${KT_MULTIHOST_DIR}/stranger.s
 set_tests_properties(multihost.netns.stranger PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE
   SKIP_RETURN_CODE 77 LABELS "multihost")
 
+# A node's link taken down: node 0's launcher names it within
+# KAITIAN_RUN_LOST_MS (5 s here), with both signals (tests/multihost/linkdown.sh).
+add_test(NAME multihost.netns.linkdown COMMAND sh ${KT_MULTIHOST_DIR}/linkdown.sh ${KT_CLI})
+set_tests_properties(multihost.netns.linkdown PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE
+  SKIP_RETURN_CODE 77 LABELS "multihost")
+
 if(TARGET fault_prog)
   add_test(NAME multihost.netns.kill
     COMMAND sh ${KT_MULTIHOST_DIR}/netns.sh ${KT_CLI} kill $<TARGET_FILE:fault_prog>)

@@ -197,7 +197,9 @@ trial_hosts() {
   secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
   per=$((NP / HOSTS))
   for k in $(seq 0 $((HOSTS - 1))); do
-    hosts_exec "$k" env KAITIAN_JOB_SECRET="$secret" KAITIAN_TIMEOUT=$TIMEOUT_MS \
+    # KAITIAN_RUN_LOST_MS=5000: a link down is named within the trial (the
+    # default, 30 s, is for loaded hosts; tests/multihost/linkdown.sh).
+    hosts_exec "$k" env KAITIAN_JOB_SECRET="$secret" KAITIAN_TIMEOUT=$TIMEOUT_MS KAITIAN_RUN_LOST_MS=5000 \
       "$KT" run -n "$per" --nnodes "$HOSTS" --node-rank "$k" --master "$HOSTS_NET.1:$PORT" --grace 2 \
       "$PROG" chaos "dir=$TMP" "seed=$seed" "mark=$MARK" >"$TMP/job.$k.out" 2>"$TMP/job.$k.err" &
     echo $! >"$TMP/lpid.$k"

@@ -40,6 +40,7 @@ typedef struct run_opts {
   char master_host[256];
   int master_port;
   int64_t grace_ms;
+  int64_t lost_ms;      /* KAITIAN_RUN_LOST_MS */
   bool prefix;
   bool bind;            /* --bind auto (default): one block of CPUs per local rank */
   char **prog;          /* program and its arguments, NULL-terminated */
@@ -296,6 +297,19 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
   }
   o->prog = argv + i;
   if (!parse_devices(o)) return 2;
+  {
+    const char *v = kt__param_RUN_LOST_MS();
+    char *end = NULL;
+    errno = 0;
+    long long ms = strtoll(v, &end, 10);
+    if (errno || end == v || *end || ms < KT_RUN_LOST_MS_MIN || ms > KT_RUN_LOST_MS_MAX) {
+      fprintf(stderr, "kaitian run: bad value '%s' for KAITIAN_RUN_LOST_MS (milliseconds without a heartbeat "
+                      "before a node whose host does not answer is lost, %d..%d)\n",
+              v, KT_RUN_LOST_MS_MIN, KT_RUN_LOST_MS_MAX);
+      return 2;
+    }
+    o->lost_ms = ms;
+  }
   int rc = shape_from_manager(o);
   if (rc >= 0) return rc;
   if (o->node_rank >= o->nnodes) {
@@ -680,22 +694,22 @@ static void say_remote_failure(const char *line, int node, const char *host, con
   kt__run_say(2, "kaitian run: node %d failed (host %s): %s; %s", node, host, what, then);
 }
 
-/* The line for a lost node (its heartbeat stopped; see KT_RUN_LOST_MS). */
-static void lost_line(char *line, size_t cap, int node, const char *host) {
-  snprintf(line, cap, "kaitian run: node %d (host %s) stopped answering for %.1f s and is not done: its launcher "
-                      "is gone (killed, or its host or network lost)", node, host, KT_RUN_LOST_MS / 1000.0);
+/* The line for a lost node (see run_live.c: its heartbeat stopped, and its
+ * connection closed or its host does not answer). */
+static void lost_line(char *line, size_t cap, int node, const char *host, const char *why) {
+  snprintf(line, cap, "kaitian run: node %d (host %s) stopped answering: %s", node, host, why);
 }
 
-/* Every poll: beat this node's heartbeat; node 0 also looks for a node whose
- * heartbeat stopped (a host killed or cut off, which its ranks' peers may
- * only notice at KAITIAN_TIMEOUT) and fails the job naming it. */
-static void beat_and_watch(run_state *s) {
-  kt__run_node_beat(&s->node);
+/* Every poll on node 0: a node that is gone (a launcher killed, a host or
+ * its network lost, which its ranks' peers may only notice at
+ * KAITIAN_TIMEOUT) fails the job naming it. The heartbeats themselves run on
+ * threads of their own (run_live.c). */
+static void watch_nodes(run_state *s) {
   if (s->o.node_rank != 0) return;
-  char line[600], host[256];
+  char line[1200], host[256], why[600];
   int node = -1;
-  if (kt__run_node_find_lost(&s->node, &node, host, sizeof host) != 1) return;
-  lost_line(line, sizeof line, node, host);
+  if (kt__run_node_find_lost(&s->node, &node, host, sizeof host, why, sizeof why) != 1) return;
+  lost_line(line, sizeof line, node, host, why);
   kt__run_say(2, "%s; stopping the ranks of this node", line);
   kt__run_node_post_failure_of(&s->node, node, host, line, 1);
   record_failure(s, line, 1, false);
@@ -711,7 +725,7 @@ static void poll_remote(run_state *s) {
   int rc = kt__run_node_poll_failure(&s->node, line, sizeof line, &status, &node, host,
                                      sizeof host);
   if (rc == 0) {
-    beat_and_watch(s);
+    watch_nodes(s);
     return;
   }
   if (rc < 0) {
@@ -804,10 +818,10 @@ static void linger(run_state *s, int *status) {
     }
     int64_t done = kt__run_node_done_count(&s->node);
     if (done < 0 || done >= s->o.nnodes) return;
-    char lline[600], lhost[256];
+    char lline[1200], lhost[256], lwhy[600];
     int lnode = -1;
-    if (kt__run_node_find_lost(&s->node, &lnode, lhost, sizeof lhost) == 1) {
-      lost_line(lline, sizeof lline, lnode, lhost);
+    if (kt__run_node_find_lost(&s->node, &lnode, lhost, sizeof lhost, lwhy, sizeof lwhy) == 1) {
+      lost_line(lline, sizeof lline, lnode, lhost, lwhy);
       kt__run_say(2, "%s", lline);
       if (*status == 0) *status = 1;
       return;
@@ -917,6 +931,8 @@ static int setup_job(run_state *s, job_env *je, kt_store_server *srv) {
     s->node.node_rank = o->node_rank;
     s->node.nnodes = o->nnodes;
     s->node.nproc = o->nproc;
+    s->node.live_bind = bind_host;
+    s->node.lost_ms = o->lost_ms;
     /* Node 0 reaches its own store over loopback (HOST may be an address
      * that is not routable from the host itself, e.g. behind NAT). */
     const char *connect_host = o->node_rank == 0 ? kt__store_self_host(o->master_host) : o->master_host;

@@ -90,6 +90,17 @@ kt_result kt__run_node_join(kt_run_node *n, const char *host, int port, const ch
   }
   snprintf(key, sizeof key, KT_RUN_KEY_HOST "%d", n->node_rank);
   KT_CHECK_GOTO(kt_store_set(n->store, key, n->host, strlen(n->host)), res, fail);
+  /* Liveness: node 0 watches, before any node can count on it (it
+   * publishes its heartbeat port before --nnodes, which every node waits
+   * for); the others connect to it before they say they joined. */
+  if (n->node_rank == 0 && n->nnodes > 1) {
+    int lport = 0;
+    char token[2 * KT_RUN_LIVE_TOKEN + 1], live[64];
+    KT_CHECK_GOTO(kt__run_live_watch(n->live_bind ? n->live_bind : host, n->nnodes, n->lost_ms, &n->live, &lport,
+                                     token), res, fail);
+    snprintf(live, sizeof live, "%d %s", lport, token);
+    KT_CHECK_GOTO(kt_store_set(n->store, KT_RUN_KEY_LIVE, live, strlen(live)), res, fail);
+  }
   /* Node 0 says how many nodes there are; every node says how many ranks it
    * runs (-n may differ between nodes) and, once all have, numbers its
    * ranks after those of the nodes before it. */
@@ -109,6 +120,11 @@ kt_result kt__run_node_join(kt_run_node *n, const char *host, int port, const ch
                     got, n->node_rank, n->nnodes);
       goto fail;
     }
+    char live[96];
+    KT_CHECK_GOTO(wait_key(n, KT_RUN_KEY_LIVE, live, sizeof live, deadline, "waiting for node 0's heartbeat port"),
+                  res, fail);
+    int64_t left = KT_MAX(deadline - kt__now_ms(), (int64_t)1000);
+    KT_CHECK_GOTO(kt__run_live_beat(host, live, n->node_rank, left, &n->live), res, fail);
   }
   snprintf(key, sizeof key, KT_RUN_KEY_NPROC "%d", n->node_rank);
   snprintf(val, sizeof val, "%d", n->nproc);
@@ -158,6 +174,8 @@ fail:
   }
   kt_store_free(n->store);
   n->store = NULL;
+  kt__run_live_stop(n->live);
+  n->live = NULL;
   return res;
 }
 
@@ -209,47 +227,23 @@ int kt__run_node_poll_failure(kt_run_node *n, char *line, size_t cap, int *statu
   return 1;
 }
 
-void kt__run_node_beat(kt_run_node *n) {
-  char key[64];
-  int64_t count;
-  if (!n->store) return;
-  snprintf(key, sizeof key, KT_RUN_KEY_ALIVE "%d", n->node_rank);
-  kt_store_add(n->store, key, 1, &count); /* a store that is gone shows in the next poll */
-}
-
-int kt__run_node_find_lost(kt_run_node *n, int *node, char *host, size_t hostcap) {
-  if (!n->store || n->nnodes < 2) return 0;
-  int64_t now = kt__now_ms();
-  if (!n->beat) {
-    n->beat = calloc((size_t)n->nnodes, sizeof *n->beat);
-    n->beat_at = calloc((size_t)n->nnodes, sizeof *n->beat_at);
-    if (!n->beat || !n->beat_at) {
-      free(n->beat);
-      free(n->beat_at);
-      n->beat = n->beat_at = NULL;
-      return 0;
-    }
-    for (int j = 0; j < n->nnodes; j++) n->beat[j] = -1;
-  }
-  for (int j = 0; j < n->nnodes; j++) {
-    if (j == n->node_rank) continue;
+int kt__run_node_find_lost(kt_run_node *n, int *node, char *host, size_t hostcap, char *why, size_t whycap) {
+  if (!n->store || !n->live) return 0;
+  int j = -1, ev;
+  while ((ev = kt__run_live_event(n->live, &j, why, whycap)) != 0) {
     char key[64];
-    int64_t count = 0, done = 0;
-    snprintf(key, sizeof key, KT_RUN_KEY_ALIVE "%d", j);
-    if (kt_store_add(n->store, key, 0, &count) != KT_SUCCESS) return -1;
-    if (count != n->beat[j]) {
-      n->beat[j] = count;
-      n->beat_at[j] = now;
-      continue;
-    }
-    if (now - n->beat_at[j] < KT_RUN_LOST_MS) continue;
-    snprintf(key, sizeof key, KT_RUN_KEY_NODE_DONE "%d", j);
-    if (kt_store_add(n->store, key, 0, &done) != KT_SUCCESS) return -1;
-    if (done) continue;
     size_t len = 0;
     snprintf(key, sizeof key, KT_RUN_KEY_HOST "%d", j);
     if (kt_store_get(n->store, key, host, hostcap - 1, &len, 100) == KT_SUCCESS) host[len] = '\0';
     else snprintf(host, hostcap, "?");
+    if (ev == 2) {
+      kt__run_say(2, "kaitian run: node %d (host %s): %s", j, host, why);
+      continue;
+    }
+    /* Done in the store (it said so there, its DONE was lost): no loss. */
+    int64_t done = 0;
+    snprintf(key, sizeof key, KT_RUN_KEY_NODE_DONE "%d", j);
+    if (kt_store_add(n->store, key, 0, &done) == KT_SUCCESS && done) continue;
     *node = j;
     return 1;
   }
@@ -262,6 +256,7 @@ void kt__run_node_done(kt_run_node *n) {
   char key[64];
   snprintf(key, sizeof key, KT_RUN_KEY_NODE_DONE "%d", n->node_rank);
   kt_store_add(n->store, key, 1, &count); /* before the total: node 0 waits for that */
+  kt__run_live_done(n->live);             /* its connection closing is no loss now */
   if (kt_store_add(n->store, KT_RUN_KEY_DONE, 1, &count) != KT_SUCCESS && n->node_rank != 0)
     kt__run_say(2, "kaitian run: warning: node %d could not report to the store that it is "
                    "done (node 0 gone?): %s", n->node_rank, kt_last_error());
@@ -274,9 +269,21 @@ int64_t kt__run_node_done_count(kt_run_node *n) {
 }
 
 void kt__run_node_leave(kt_run_node *n) {
+  if (n->live && n->node_rank == 0) {
+    /* What the heartbeats looked like: at INFO, or whenever one came late
+     * by a quarter of the limit or a stranger knocked. */
+    uint64_t gaps;
+    int64_t max, p99;
+    int max_node, refused;
+    kt__run_live_gaps(n->live, &gaps, &max, &p99, &max_node, &refused);
+    if (kt__run_info_on() || max >= n->lost_ms / 4 || refused)
+      kt__run_say(2, "kaitian run: heartbeats of the other %d nodes: %llu gaps, longest %lld ms (node %d), 99th "
+                     "percentile %lld ms (KAITIAN_RUN_LOST_MS=%lld); %d connections refused",
+                  n->nnodes - 1, (unsigned long long)gaps, (long long)max, max_node, (long long)p99,
+                  (long long)n->lost_ms, refused);
+  }
+  kt__run_live_stop(n->live);
+  n->live = NULL;
   if (n->store) kt_store_free(n->store);
   n->store = NULL;
-  free(n->beat);
-  free(n->beat_at);
-  n->beat = n->beat_at = NULL;
 }

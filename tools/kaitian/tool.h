@@ -27,13 +27,13 @@ int kt_tool_info(int argc, char **argv);
 #define KT_RUN_KEY_NNODES "kaitian/run/nnodes"          /* --nnodes of node 0 */
 #define KT_RUN_KEY_NPROC "kaitian/run/nproc/"           /* + node rank: its -n */
 #define KT_RUN_KEY_NODE "kaitian/run/node/"             /* + node rank: join count */
-#define KT_RUN_KEY_ALIVE "kaitian/run/alive/"           /* + node rank: heartbeat counter */
+#define KT_RUN_KEY_LIVE "kaitian/run/live"              /* node 0's heartbeat port and token */
 #define KT_RUN_KEY_HOST "kaitian/run/host/"             /* + node rank: its hostname */
 #define KT_RUN_KEY_NODE_DONE "kaitian/run/done/"        /* + node rank: 1 once done */
-/* A node whose launcher has not beaten its heartbeat (every NODE_POLL_MS)
- * for this long, and is not done, is lost: its launcher was killed, or its
- * host or network is gone. */
-#define KT_RUN_LOST_MS 5000
+/* KAITIAN_RUN_LOST_MS: its default and bounds (see run_live.c). */
+#define KT_RUN_LOST_MS_MIN 3000
+#define KT_RUN_LOST_MS_MAX 86400000
+#define KT_RUN_BEAT_MS 200 /* a node's heartbeat interval */
 
 /* One output stream of one rank, forwarded line by line. */
 typedef struct kt_run_stream {
@@ -163,6 +163,38 @@ KT_INTERNAL int kt__run_plan_devices(const kt_run_devspec *d, int nproc, bool np
 /* KAITIAN_DEBUG is INFO or TRACE: the launcher says what it planned. */
 KT_INTERNAL bool kt__run_info_on(void);
 
+/* run_live.c: liveness of the nodes of a multi-node job, on threads that
+ * nothing else blocks. */
+#define KT_RUN_LIVE_TOKEN 16 /* bytes of the heartbeat token */
+typedef struct kt_run_live kt_run_live;
+/* Node 0: listen on bind_host (the store's address, a port the kernel
+ * picks) for the other nodes' heartbeats and start the watcher thread.
+ * *port and token_hex are what the others need (published in the store,
+ * KT_RUN_KEY_LIVE: "PORT TOKEN"). On failure nothing is left. */
+KT_INTERNAL kt_result kt__run_live_watch(const char *bind_host, int nnodes, int64_t lost_ms, kt_run_live **out,
+                                         int *port, char token_hex[2 * KT_RUN_LIVE_TOKEN + 1]);
+/* Parse node 0's "PORT TOKEN" (PORT 1-65535, TOKEN 32 hex digits). */
+KT_INTERNAL kt_result kt__run_live_parse(const char *value, int *port, uint8_t token[KT_RUN_LIVE_TOKEN]);
+/* Node K > 0: connect to host at node 0's published value within
+ * timeout_ms, say hello, and start the thread that beats every
+ * KT_RUN_BEAT_MS. On failure nothing is left. */
+KT_INTERNAL kt_result kt__run_live_beat(const char *host, const char *value, int node_rank, int64_t timeout_ms,
+                                        kt_run_live **out);
+/* Node 0: 1 when a node that is not done is gone (*node, why: the second
+ * signal that says so), each node once; 2 when a node's heartbeat stopped
+ * for the limit but its host answers (slow: why says so, once per silence);
+ * 0 otherwise. */
+KT_INTERNAL int kt__run_live_event(kt_run_live *l, int *node, char *why, size_t cap);
+/* Node 0: heartbeat gaps so far (n gaps, the longest and its node, the 99th
+ * percentile to 10 ms) and hellos refused. */
+KT_INTERNAL void kt__run_live_gaps(kt_run_live *l, uint64_t *n, int64_t *max_ms, int64_t *p99_ms, int *max_node,
+                                   int *refused);
+/* Node K: say DONE to node 0 and stop beating (the connection stays until
+ * kt__run_live_stop). */
+KT_INTERNAL void kt__run_live_done(kt_run_live *l);
+/* Stop the thread, close everything, free l (NULL: nothing). */
+KT_INTERNAL void kt__run_live_stop(kt_run_live *l);
+
 /* run_node.c: coordination of the launchers of a multi-node job through the
  * rendezvous store. */
 typedef struct kt_run_node {
@@ -173,8 +205,9 @@ typedef struct kt_run_node {
   char host[256];     /* this machine's hostname, for messages */
   bool posted;        /* this node posted the job's first failure */
   int interrupted_by; /* join: the signal that interrupted it, else 0 */
-  int64_t *beat;      /* node 0: each node's last heartbeat count ... */
-  int64_t *beat_at;   /* ... and when it last changed (ms) */
+  const char *live_bind; /* node 0: where to listen for heartbeats (the store's bind host) */
+  int64_t lost_ms;    /* KAITIAN_RUN_LOST_MS */
+  kt_run_live *live;  /* node 0: the watcher; other nodes: the heartbeat */
 } kt_run_node;
 /* Connect to the store at host:port with secret, claim node_rank (a second
  * launcher with the same node rank is an error), check that node 0 uses the
@@ -193,12 +226,10 @@ KT_INTERNAL void kt__run_node_post_failure(kt_run_node *n, const char *line, int
  * (message in kt_last_error()). */
 KT_INTERNAL int kt__run_node_poll_failure(kt_run_node *n, char *line, size_t cap, int *status,
                                           int *node, char *host, size_t hostcap);
-/* This node is alive: its heartbeat counter + 1. */
-KT_INTERNAL void kt__run_node_beat(kt_run_node *n);
-/* Node 0: a node (not this one) that is not done and whose heartbeat has not
- * moved for KT_RUN_LOST_MS: 1 with its rank and host; 0 if none; -1 when the
- * store fails. */
-KT_INTERNAL int kt__run_node_find_lost(kt_run_node *n, int *node, char *host, size_t hostcap);
+/* Node 0: a node (not this one) that is gone and not done (see run_live.c):
+ * 1 with its rank, host and why; 0 if none. A slow node is said once. */
+KT_INTERNAL int kt__run_node_find_lost(kt_run_node *n, int *node, char *host, size_t hostcap, char *why,
+                                       size_t whycap);
 /* Post a failure on behalf of another node (a lost one). */
 KT_INTERNAL void kt__run_node_post_failure_of(kt_run_node *n, int node, const char *host, const char *line,
                                              int status);
