@@ -9,7 +9,8 @@
 # by rank 0 with exactly one WARN line naming the stranger's address and
 # port; the job must end with exit 0 on both nodes and its results exact.
 # Once the mesh is made the port is closed: a third try while the job runs
-# collectives must be refused (or closed unanswered).
+# collectives must be refused (or closed unanswered). A stranger at node 0's
+# launcher's heartbeat port is closed too, and counted in its summary.
 # Needs root; exits 77 (skipped) only where `ip netns add` fails.
 # Args: KAITIAN_CLI
 set -u
@@ -85,16 +86,33 @@ hosts_exec 1 "$KT" run -n 1 --nnodes 2 --node-rank 1 --master "$HOSTS_NET.1:$POR
   sh -c "sleep 3; exec $BENCH" >"$TMP/n1.out" 2>"$TMP/n1.err" &
 p1=$!
 
-# Rank 0's data port: a listening socket on node 0 that is not the store's.
+# Rank 0's data port: the socket node 0's rank (a process whose command line
+# begins "kaitian bench"; the launcher's are the store's and its heartbeat
+# port) listens on.
+# listen_port WORD: the first port node 0's process WORD ("bench": the rank,
+# "run": the launcher) listens on, other than the store's.
+listen_port() {
+  ip netns exec "$N0" ss -Hltnp 2>/dev/null | while read -r _ _ _ local _ users; do
+    pid=$(echo "$users" | sed -n 's/.*pid=\([0-9]*\).*/\1/p')
+    [ -n "$pid" ] && [ "${local##*:}" != "$PORT" ] || continue
+    [ "$(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null | awk '{print $2}')" = "$1" ] && echo "${local##*:}"
+  done | head -n 1
+}
+rank_port() { listen_port bench; }
 rport=""
 i=0
 while [ $i -lt 100 ] && [ -z "$rport" ]; do
-  rport=$(ip netns exec "$N0" ss -Hltn 2>/dev/null | awk '{print $4}' | sed 's/.*://' | grep -v "^$PORT\$" | head -n 1)
+  rport=$(rank_port)
   [ -n "$rport" ] || sleep 0.05
   i=$((i + 1))
 done
 [ -n "$rport" ] || fail "rank 0's data port never appeared on node 0"
 echo "rank 0 listens on $HOSTS_NET.1:$rport"
+# The launcher's heartbeat port takes strangers no better (counted at the end).
+hport=$(listen_port run)
+[ -n "$hport" ] || fail "node 0's launcher has no heartbeat port"
+r_hb=$(hosts_exec 2 "$PY" "$TMP/stranger.py" "$HOSTS_NET.1" "$hport" random)
+case "$r_hb" in "closed "*) ;; *) fail "stranger at the heartbeat port $hport: $r_hb" ;; esac
 # Both at once: rank 0 reads hellos only once it has every address, after
 # rank 1 started; both wait in its listen queue until then.
 hosts_exec 2 "$PY" "$TMP/stranger.py" "$HOSTS_NET.1" "$rport" old >"$TMP/old.res" 2>&1 &
@@ -124,6 +142,9 @@ for r in "$r_old" "$r_rnd"; do
   [ "$n" = 1 ] || fail "expected one WARN line naming $addr on node 0, found $n"
   grep "closed a connection from $addr " "$TMP/n0.err"
 done
+grep -q "heartbeats of the other 1 nodes: .*; 1 connections refused" "$TMP/n0.err" ||
+  fail "node 0's launcher does not count the stranger at its heartbeat port"
+grep "heartbeats of the other" "$TMP/n0.err"
 left="$(hosts_pids 0)$(hosts_pids 1)$(hosts_pids 2)"
 [ -z "$left" ] || fail "processes left: $left"
 echo "PASS stranger"

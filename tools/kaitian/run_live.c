@@ -77,7 +77,7 @@ struct kt_run_live {
   int64_t gap_max;
   int gap_max_node;
   int refused;         /* connections closed for a bad hello */
-  char refused_addr[64];
+  char refused_addr[128];
   int node_rank;       /* beater */
 };
 
