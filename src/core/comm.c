@@ -301,19 +301,19 @@ static kt_result probe_pair(struct kt_comm_s *c, int other, bool send, double *r
    * before, it would wait in the kernel's buffers (megabytes), and the
    * receiver find it there at the speed of a copy. */
   if (send) {
-    r = kt_recv(buf, 1, KT_UINT8, other, 0, c);
-    for (int i = 0; i < PROBE_MSGS && r == KT_SUCCESS; i++) r = kt_send(buf, PROBE_BYTES, KT_UINT8, other, 0, c);
+    r = kt__run(c, KT_COLL_RECV, NULL, buf, 1, KT_UINT8, other);
+    for (int i = 0; i < PROBE_MSGS && r == KT_SUCCESS; i++) r = kt__run(c, KT_COLL_SEND, buf, NULL, PROBE_BYTES, KT_UINT8, other);
     double got = -1;
-    if (r == KT_SUCCESS) r = kt_recv(&got, 1, KT_FLOAT64, other, 0, c);
+    if (r == KT_SUCCESS) r = kt__run(c, KT_COLL_RECV, NULL, &got, 1, KT_FLOAT64, other);
     if (r == KT_SUCCESS && !(got > 0 && got < 1e12))
       r = kt__err(KT_ERR_PEER_FAILED, "rank %d: rank %d measured the link at %g bytes/us, which is no rate", c->rank,
                   other, got);
     if (r == KT_SUCCESS) *rate = got;
   } else {
     int64_t at[PROBE_MSGS], gap[PROBE_TIMED];
-    r = kt_send(buf, 1, KT_UINT8, other, 0, c);
+    r = kt__run(c, KT_COLL_SEND, buf, NULL, 1, KT_UINT8, other);
     for (int i = 0; i < PROBE_MSGS && r == KT_SUCCESS; i++) {
-      r = kt_recv(buf, PROBE_BYTES, KT_UINT8, other, 0, c);
+      r = kt__run(c, KT_COLL_RECV, NULL, buf, PROBE_BYTES, KT_UINT8, other);
       at[i] = kt__now_ns();
     }
     if (r == KT_SUCCESS) {
@@ -331,7 +331,7 @@ static kt_result probe_pair(struct kt_comm_s *c, int other, bool send, double *r
        * gap short but the window as long as the link needs: the slower. */
       double whole = (double)(at[PROBE_MSGS - 1] - at[PROBE_MSGS - PROBE_TIMED - 1]) / PROBE_TIMED;
       *rate = (double)PROBE_BYTES * 1000.0 / KT_MAX(KT_MAX(mid, whole), 1.0);
-      r = kt_send(rate, 1, KT_FLOAT64, other, 0, c);
+      r = kt__run(c, KT_COLL_SEND, rate, NULL, 1, KT_FLOAT64, other);
     }
   }
   free(buf);
@@ -588,7 +588,7 @@ kt_result kt_comm_init_env(kt_comm *comm) {
   if (store) kt_store_free(store);
   store = NULL;
   if (r == KT_SUCCESS && job.serve_store && job.size > 1) {
-    r = kt_barrier(*comm);
+    r = kt__run(*comm, KT_COLL_BARRIER, NULL, NULL, 0, KT_UINT8, 0);
     if (r != KT_SUCCESS) {
       kt_comm_destroy(*comm);
       *comm = NULL;
@@ -642,7 +642,7 @@ static kt_result comm_split(kt_comm comm, int color, int key, int share, kt_comm
     mine.addr.shm_owed = kt__shm_owed();
   }
   /* Everyone takes part in the exchange, including ranks without a color. */
-  KT_CHECK_GOTO(kt_allgather(&mine, recs, sizeof mine, KT_UINT8, comm), res, exit);
+  KT_CHECK_GOTO(kt__run(comm, KT_COLL_ALLGATHER, &mine, recs, sizeof mine, KT_UINT8, 0), res, exit);
   uint64_t seq = ++comm->split_seq;
   if (color == KT_SPLIT_NOCOLOR) goto exit;
   int n = 0;

@@ -212,6 +212,8 @@ KT_INTERNAL void kt__fast_reset(struct kt_comm_s *c);
 /* Hand op to the communicator's ordered execution (src/core/progress.c).
  * req_out NULL: blocking. Takes ownership of op's count arrays. */
 KT_INTERNAL kt_result kt__issue(struct kt_comm_s *c, kt__op *op, kt_request *req_out);
+KT_INTERNAL kt_result kt__run(struct kt_comm_s *c, kt__coll coll, const void *sendbuf, void *recvbuf, size_t count,
+                              kt_dtype dtype, int peer);
 
 /* Wait for req, an op of child communicator req->comm running on its
  * progress thread, while watching the peers of the parent op ex (dead or

@@ -169,6 +169,18 @@ static bool fast_issue(struct kt_comm_s *c, kt__op *op, kt_result *res) {
   return true;
 }
 
+/* A blocking op of the library's own on c (the communicator's bootstrap: the
+ * link probe's messages, the launcher's creation barrier, split's exchange):
+ * issued as the public calls issue theirs, without their checks of the
+ * caller's arguments, so that nothing inside the library calls the public
+ * API. peer: send/recv's peer, a rooted op's root. */
+kt_result kt__run(struct kt_comm_s *c, kt__coll coll, const void *sendbuf, void *recvbuf, size_t count,
+                  kt_dtype dtype, int peer) {
+  kt__clear_error();
+  kt__op o = {.coll = coll, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dtype = dtype, .root = peer};
+  return kt__issue(c, &o, NULL);
+}
+
 /* Hand op to the communicator. req_out NULL: blocking (returns the op's
  * result); otherwise a request is returned. Takes ownership of op's arrays. */
 kt_result kt__issue(struct kt_comm_s *c, kt__op *op, kt_request *req_out) {
