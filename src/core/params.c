@@ -2,6 +2,7 @@
  * is read once, on first use, and cached; its value is logged at INFO. */
 #include "common.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,11 +18,20 @@ static int64_t parse_int(const char *name, const char *s, int64_t def) {
     return def;
   }
   /* Allow K/M/G suffixes for byte sizes. */
+  int shift = 0;
   switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    case 'g': case 'G': v <<= 30; end++; break;
+    case 'k': case 'K': shift = 10; break;
+    case 'm': case 'M': shift = 20; break;
+    case 'g': case 'G': shift = 30; break;
     default: break;
+  }
+  if (shift) {
+    if (v > LLONG_MAX / (1LL << shift) || v < LLONG_MIN / (1LL << shift)) {
+      KT_WARN("KAITIAN_%s=%s is out of range; using the default %lld", name, s, (long long)def);
+      return def;
+    }
+    v *= 1LL << shift;
+    end++;
   }
   if (*end != '\0') {
     KT_WARN("KAITIAN_%s=%s has trailing characters; using the default %lld", name, s, (long long)def);

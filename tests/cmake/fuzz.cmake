@@ -108,3 +108,4 @@ kt_fuzz_harness(run LIB tools/kaitian/run_devices.c tools/kaitian/run_live.c too
 kt_fuzz_harness(store_client store/store.c core/error.c core/log.c core/params.c core/util.c)
 kt_fuzz_harness(tcp LIB)
 kt_fuzz_harness(shm LIB)
+kt_fuzz_harness(params core/error.c core/log.c core/util.c)
