@@ -1480,17 +1480,49 @@ static kt_result accept_all(struct kt_comm_s *c, int64_t deadline) {
   return KT_SUCCESS;
 }
 
-kt_result kt__tcp_mesh(struct kt_comm_s *c, const kt__tcp_addr *all) {
+/* NULL when a is a record a rank may publish (every text ends inside its
+ * field, an IPv4 address, a port 1-65535, a pid above 0, 1-16 lanes); else
+ * what is wrong with it. */
+static const char *addr_problem(const kt__tcp_addr *a) {
+  struct in_addr ip;
+  if (!memchr(a->ip, '\0', sizeof a->ip) || inet_pton(AF_INET, a->ip, &ip) != 1) return "its IPv4 address";
+  if (a->port < 1 || a->port > 65535) return "its port";
+  if (a->pid < 1) return "its pid";
+  if (a->lanes < 1 || a->lanes > KT_TCP_MAX_LANES) return "its connection count";
+  if (!memchr(a->host, '\0', sizeof a->host)) return "its host name";
+  if (!memchr(a->hostid, '\0', sizeof a->hostid)) return "its host id";
+  return NULL;
+}
+
+/* Check every rank's record before anything reads it. */
+static kt_result check_addrs(const struct kt_comm_s *c, const kt__tcp_addr *all) {
+  for (int j = 0; j < c->size; j++) {
+    const char *why = addr_problem(&all[j]);
+    if (why)
+      return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: rank %d published a malformed address record (%s)",
+                     kt__rank_label(c, c->rank), kt__rank_label(c, j), why);
+  }
+  return KT_SUCCESS;
+}
+
+/* Data connections of each pair: one to a rank on this host (nothing to
+ * gain over loopback), else the smaller KAITIAN_NSOCKS of the two ends, so
+ * both count the same. */
+static void plan_lanes(struct kt_comm_s *c, const kt__tcp_addr *all) {
   struct kt__tcp *t = c->tcp;
-  int64_t deadline = kt__now_ns() + kt__param_CONNECT_TIMEOUT() * 1000000;
-  memcpy(t->token, all[0].token, sizeof t->token);
-  /* Lanes: one to a rank of this host (nothing to gain over loopback), else
-   * the smaller KAITIAN_NSOCKS of the two ends, so both count the same. */
   for (int j = 0; j < c->size; j++)
     t->peers[j].nlanes = j == c->rank ? 0
                          : strcmp(all[j].hostid, all[c->rank].hostid) == 0
                              ? 1
                              : KT_MAX(1, KT_MIN(all[c->rank].lanes, KT_MIN(all[j].lanes, KT_TCP_MAX_LANES)));
+}
+
+kt_result kt__tcp_mesh(struct kt_comm_s *c, const kt__tcp_addr *all) {
+  struct kt__tcp *t = c->tcp;
+  KT_CHECK(check_addrs(c, all));
+  int64_t deadline = kt__now_ns() + kt__param_CONNECT_TIMEOUT() * 1000000;
+  memcpy(t->token, all[0].token, sizeof t->token);
+  plan_lanes(c, all);
   for (int j = 0; j < c->rank; j++) {
     for (int l = 0; l < t->peers[j].nlanes; l++)
       KT_CHECK(connect_one(c, &all[j], j, CONN_DATA, (uint32_t)l, deadline, &t->peers[j].lane[l].fd));

@@ -109,3 +109,4 @@ kt_fuzz_harness(store_client store/store.c core/error.c core/log.c core/params.c
 kt_fuzz_harness(tcp LIB)
 kt_fuzz_harness(shm LIB)
 kt_fuzz_harness(params core/error.c core/log.c core/util.c)
+kt_fuzz_harness(tcp_addr LIB)
