@@ -40,7 +40,7 @@ def _register():
     plugins = getattr(_dist.Backend, "_plugins", {})
     if BACKEND.upper() in plugins or getattr(_dist.Backend, BACKEND.upper(), None) is not None:
         return
-    from . import process_group as _pg
+    from . import _backend as _pg
     reg = _dist.Backend.register_backend
     try:
         reg(BACKEND, _pg.create, devices=["cpu", "cuda"])  # torch >= 2.1

@@ -8,7 +8,9 @@ as the group of several ranks checks them, with the same messages.
 """
 from . import _lib
 from . import _tensors as T
-from .process_group import ProcessGroupKaitian, _caller_mode, _one, _opt, _reduce_op
+from ._opts import _one, _opt, _reduce_op
+from ._work import _caller_mode
+from .process_group import ProcessGroupKaitian
 
 
 def _same_memory(a, b):

@@ -201,3 +201,42 @@ def size_array(values):
     for i, v in enumerate(values):
         arr[i] = v
     return arr
+
+
+def flat_host(n, dtype, pin):
+    """(host tensor of n elements, view for the core, kt dtype, elements per torch element)."""
+    host = torch.empty(n, dtype=dtype, pin_memory=pin)
+    if dtype in NATIVE:
+        return host, host, NATIVE[dtype], 1
+    view = host.view(torch.uint8)
+    return host, view, _lib.UINT8, host.element_size()
+
+
+def any_cuda(tensors):
+    return any(t.is_cuda for t in tensors) and torch.cuda.is_available()
+
+
+def consecutive(tensors):
+    """Whether tensors are CPU, contiguous, of one native dtype and lie one
+    right after another in memory (views of one buffer, in order: ZeRO's
+    uneven parts): then the core reads or writes them in place."""
+    t0 = tensors[0]
+    if t0.dtype not in NATIVE:
+        return False
+    es, end = t0.element_size(), None
+    for t in tensors:
+        if not (t.is_cpu and t.is_contiguous() and t.dtype == t0.dtype):
+            return False
+        if end is not None and t.numel() and t.data_ptr() != end:
+            return False
+        if t.numel() or end is None:
+            end = t.data_ptr() + t.numel() * es
+    return True
+
+
+def copy_slices(host, outs):
+    off = 0
+    for o in outs:
+        n = o.numel()
+        o.copy_(host[off:off + n].view(o.shape))
+        off += n

@@ -16,11 +16,9 @@ torch._C._distributed_c10d._create_work_from_future, which C++ keeps alive.
 """
 import ctypes
 import os
-import warnings
 import sys
 import time
 import weakref
-from datetime import timedelta
 
 import torch
 
@@ -29,6 +27,9 @@ from . import _devpath
 from . import _lib
 from . import _tensors as T
 from ._shared import Sharer
+from ._opts import _ms, _one, _opt, _reduce_op  # noqa: F401 - _ms: tests read it here
+from ._tensors import any_cuda as _any_cuda, consecutive as _consecutive, copy_slices as _copy_slices
+from ._tensors import flat_host as _flat_host
 from ._work import OTHER, PYTHON, SYNC, Work, _DoneWork, _caller_mode, _work_from_future  # noqa: F401
 from ._work import completed as _completed_work
 from ._store import StoreBridge
@@ -43,36 +44,6 @@ _Base = _c10d.ProcessGroup
 
 _BLOCKING = {n: getattr(_lib_, "kt_" + n) for n in _lib.COLLECTIVES}
 _NONBLOCKING = {n: getattr(_lib_, "kt_i" + n) for n in _lib.COLLECTIVES}
-
-
-def _ms(timeout):
-    """The group's deadline in ms: the shorter of torch's group timeout and
-    KAITIAN_TIMEOUT (when set), so that either can shorten it; a malformed
-    KAITIAN_TIMEOUT is reported once and ignored."""
-    if timeout is None:
-        ms = 0
-    elif isinstance(timeout, timedelta):
-        ms = max(1, int(timeout.total_seconds() * 1000))
-    else:
-        ms = max(1, int(timeout))
-    env = os.environ.get("KAITIAN_TIMEOUT", "").strip()
-    if env:
-        try:
-            value = int(env)
-            if value <= 0:
-                raise ValueError
-        except ValueError:
-            global _warned_timeout
-            if not _warned_timeout:
-                _warned_timeout = True
-                warnings.warn(f"KAITIAN_TIMEOUT={env!r} is not a positive number of milliseconds; ignored "
-                              f"(the group's timeout applies: {ms or 1800000} ms)", stacklevel=3)
-        else:
-            ms = value if ms == 0 else min(ms, value)
-    return ms
-
-
-_warned_timeout = False
 
 
 def _release_comms(comms, outstanding, pid=None, devpath=None, hier=None):
@@ -90,75 +61,6 @@ def _release_comms(comms, outstanding, pid=None, devpath=None, hier=None):
             if outstanding.n > 0:  # some op can never finish now: unblock it
                 _lib_.kt_comm_abort(comm)
             _lib_.kt_comm_destroy(comm)
-
-
-def _one(tensors, what):
-    if isinstance(tensors, torch.Tensor):
-        return tensors, [tensors]
-    if len(tensors) != 1:
-        raise ValueError(f"kaitian backend: {what} takes exactly one tensor per process, "
-                         f"got {len(tensors)}")
-    return tensors[0], tensors
-
-
-def _opt(opts, name, default):
-    return getattr(opts, name, default) if opts is not None else default
-
-
-_OP_CACHE = {}
-
-
-def _reduce_op(opts):
-    """(kt op, name) of an options object's reduceOp (or of a ReduceOp itself)."""
-    if opts is None:
-        return _lib.SUM, "SUM"
-    rop = getattr(opts, "reduceOp", opts)  # one property read: each builds a new object
-    key = getattr(rop, "op", rop)
-    hit = _OP_CACHE.get(key)
-    if hit is None:
-        hit = (T.kt_op(rop), T.op_name(rop))
-        if T.op_name(rop) != "PREMUL_SUM":  # never cache an op that carries a factor
-            _OP_CACHE[key] = hit
-    return hit
-
-
-def _flat_host(n, dtype, pin):
-    """(host tensor of n elements, view for the core, kt dtype, elements per torch element)."""
-    host = torch.empty(n, dtype=dtype, pin_memory=pin)
-    if dtype in T.NATIVE:
-        return host, host, T.NATIVE[dtype], 1
-    view = host.view(torch.uint8)
-    return host, view, _lib.UINT8, host.element_size()
-
-
-def _any_cuda(tensors):
-    return any(t.is_cuda for t in tensors) and torch.cuda.is_available()
-
-
-def _consecutive(tensors):
-    """Whether tensors are CPU, contiguous, of one native dtype and lie one
-    right after another in memory (views of one buffer, in order: ZeRO's
-    uneven parts): then the core reads or writes them in place."""
-    t0 = tensors[0]
-    if t0.dtype not in T.NATIVE:
-        return False
-    es, end = t0.element_size(), None
-    for t in tensors:
-        if not (t.is_cpu and t.is_contiguous() and t.dtype == t0.dtype):
-            return False
-        if end is not None and t.numel() and t.data_ptr() != end:
-            return False
-        if t.numel() or end is None:
-            end = t.data_ptr() + t.numel() * es
-    return True
-
-
-def _copy_slices(host, outs):
-    off = 0
-    for o in outs:
-        n = o.numel()
-        o.copy_(host[off:off + n].view(o.shape))
-        off += n
 
 
 class ProcessGroupKaitian(_Base):
@@ -924,17 +826,3 @@ class ProcessGroupKaitian(_Base):
             if o.dtype != t.dtype:
                 raise ValueError(f"kaitian backend: {what} tensor {i} has dtype {o.dtype}, "
                                  f"expected {t.dtype}")
-
-
-def create(store, rank, size, timeout):
-    """The backend creator torch calls (Backend.register_backend): a group of
-    one rank communicates nothing (_solo.py)."""
-    if size == 1:
-        from ._solo import ProcessGroupKaitianSolo
-        return ProcessGroupKaitianSolo(store, rank, size, timeout)
-    return ProcessGroupKaitian(store, rank, size, timeout)
-
-
-def _create_extended(dist_opts, pg_opts=None):
-    return create(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout)
-

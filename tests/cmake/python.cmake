@@ -122,6 +122,8 @@ kt_py_test(hetero_leftout_fails 200 ${KT_PYTHON} ${KT_PY_DIR}/test_hetero.py dri
 set_tests_properties(${KT_PY_PREFIX}_hetero_slow ${KT_PY_PREFIX}_hetero_curves
                      ${KT_PY_PREFIX}_hetero_leaveout ${KT_PY_PREFIX}_hetero_rebalance
                      PROPERTIES SKIP_RETURN_CODE 77)
+# The package's modules import in one direction (no cycle, lazy imports too).
+kt_py_test(imports 60 ${KT_PYTHON} ${KT_PY_DIR}/test_imports.py ${PROJECT_SOURCE_DIR}/python/torch_kaitian)
 kt_py_test(balance_cut 120 ${KT_PYTHON} ${KT_PY_DIR}/test_balance.py cut)
 kt_py_test(balance_slow 200 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_balance.py slow)
 kt_py_test(balance_exact_np3 200 ${KT_CLI} run -n 3 ${KT_PY_DIR}/test_balance.py exact)

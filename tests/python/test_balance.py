@@ -143,7 +143,6 @@ def test_slow():
     rank, p = dist.get_rank(), dist.get_world_size()
     if p != 3:
         fail("slow runs on 3 ranks")
-    cpus = sorted(os.sched_getaffinity(0))
     every = [None] * p
     dist.all_gather_object(every, sorted(os.sched_getaffinity(0)))
     allcpus = sorted(set().union(*map(set, every)))
