@@ -441,20 +441,21 @@ static int hexval(char c) {
 }
 
 kt_result kt__run_live_parse(const char *value, int *port, uint8_t token[KT_RUN_LIVE_TOKEN]) {
-  char hex[2 * KT_RUN_LIVE_TOKEN + 2];
-  int p = 0, off = 0;
-  if (sscanf(value, "%d %n", &p, &off) != 1 || off <= 0 || p < 1 || p > 65535 ||
-      strlen(value + off) != 2 * KT_RUN_LIVE_TOKEN)
-    return kt__err(KT_ERR_INVALID_ARGUMENT, "node 0 published a heartbeat address that is not 'PORT TOKEN' "
-                                            "(PORT 1-65535, TOKEN %d hex digits)", 2 * KT_RUN_LIVE_TOKEN);
-  snprintf(hex, sizeof hex, "%s", value + off);
-  for (int i = 0; i < KT_RUN_LIVE_TOKEN; i++) {
-    int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0)
-      return kt__err(KT_ERR_INVALID_ARGUMENT, "node 0 published a heartbeat token that is not hexadecimal");
-    token[i] = (uint8_t)(hi << 4 | lo);
+  /* Exactly "PORT TOKEN": 1-5 decimal digits, one space, 32 hex digits. */
+  const char *sp = strchr(value, ' ');
+  long p = 0;
+  bool ok = sp && sp > value && sp - value <= 5 && strlen(sp + 1) == 2 * KT_RUN_LIVE_TOKEN;
+  for (const char *c = value; ok && c < sp; c++) {
+    ok = *c >= '0' && *c <= '9';
+    p = p * 10 + (*c - '0');
   }
-  *port = p;
+  ok = ok && p >= 1 && p <= 65535;
+  for (int i = 0; ok && i < 2 * KT_RUN_LIVE_TOKEN; i++) ok = hexval(sp[1 + i]) >= 0;
+  if (!ok)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "node 0 published a heartbeat address that is not 'PORT TOKEN' "
+                                            "(PORT 1-65535, one space, TOKEN %d hex digits)", 2 * KT_RUN_LIVE_TOKEN);
+  for (int i = 0; i < KT_RUN_LIVE_TOKEN; i++) token[i] = (uint8_t)(hexval(sp[1 + 2 * i]) << 4 | hexval(sp[2 + 2 * i]));
+  *port = (int)p;
   return KT_SUCCESS;
 }
 

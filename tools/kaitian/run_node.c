@@ -3,6 +3,7 @@
  * failure to every node, and to let node 0 keep the store up until all are done. */
 #include "tool.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,8 +141,8 @@ kt_result kt__run_node_join(kt_run_node *n, const char *host, int port, const ch
                        "launcher running, with --node-rank %d?): ",
                        n->node_rank, j, (long long)timeout, j);
     if (res != KT_SUCCESS) goto fail;
-    int np = atoi(got);
-    if (np < 1 || (int64_t)n->world + np > (1 << 30)) {
+    int np = 0;
+    if (!kt__run_parse_nproc(got, n->world, &np)) {
       res = kt__err(KT_ERR_INVALID_ARGUMENT, "node %d published -n %s: not a rank count this job can use",
                     j, got);
       goto fail;
@@ -219,12 +220,28 @@ int kt__run_node_poll_failure(kt_run_node *n, char *line, size_t cap, int *statu
   if (kt_store_get(n->store, KT_RUN_KEY_FAILED_INFO, info, sizeof info - 1, &len, 5000) ==
       KT_SUCCESS) {
     info[len] = '\0';
-    int off = 0;
-    if (sscanf(info, "%d %d %n", node, status, &off) == 2 && off > 0)
-      snprintf(host, hostcap, "%s", info + off);
-    if (*status <= 0 || *status > 255) *status = 1;
+    kt__run_parse_failed_info(info, node, status, host, hostcap);
   }
   return 1;
+}
+
+bool kt__run_parse_nproc(const char *text, int world, int *np) {
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (errno || end == text || *end || v < 1 || v > KT_RUN_MAX_NPROC || (int64_t)world + v > (1 << 30)) return false;
+  *np = (int)v;
+  return true;
+}
+
+void kt__run_parse_failed_info(const char *info, int *node, int *status, char *host, size_t hostcap) {
+  int off = 0, nd = -1, st = 1;
+  if (sscanf(info, "%d %d %n", &nd, &st, &off) == 2 && off > 0) {
+    snprintf(host, hostcap, "%s", info + off);
+    *node = nd >= 0 ? nd : -1;
+    *status = st;
+  }
+  if (*status <= 0 || *status > 255) *status = 1;
 }
 
 int kt__run_node_find_lost(kt_run_node *n, int *node, char *host, size_t hostcap, char *why, size_t whycap) {

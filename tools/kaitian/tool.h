@@ -230,6 +230,13 @@ KT_INTERNAL int kt__run_node_poll_failure(kt_run_node *n, char *line, size_t cap
  * 1 with its rank, host and why; 0 if none. A slow node is said once. */
 KT_INTERNAL int kt__run_node_find_lost(kt_run_node *n, int *node, char *host, size_t hostcap, char *why,
                                        size_t whycap);
+/* A node's published -n (decimal, 1..KT_RUN_MAX_NPROC, the job's ranks so
+ * far plus it at most 2^30): true with *np set. */
+KT_INTERNAL bool kt__run_parse_nproc(const char *text, int world, int *np);
+/* The "node status host" of a posted failure: sets *node (-1 when not a
+ * node rank), *status (1-255; 1 when out of range) and host when it parses;
+ * otherwise leaves node and host and makes *status 1-255. */
+KT_INTERNAL void kt__run_parse_failed_info(const char *info, int *node, int *status, char *host, size_t hostcap);
 /* Post a failure on behalf of another node (a lost one). */
 KT_INTERNAL void kt__run_node_post_failure_of(kt_run_node *n, int node, const char *host, const char *line,
                                              int status);
