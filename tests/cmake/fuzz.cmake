@@ -112,3 +112,5 @@ kt_fuzz_harness(params core/error.c core/log.c core/util.c)
 kt_fuzz_harness(tcp_addr LIB)
 kt_fuzz_harness(run_node LIB tools/kaitian/run_node.c tools/kaitian/run_live.c tools/kaitian/run_output.c
                 tools/kaitian/run_proc.c tools/kaitian/run_devices.c)
+kt_fuzz_harness(run_devices LIB tools/kaitian/run_output.c tools/kaitian/run_proc.c tools/kaitian/run_node.c
+                tools/kaitian/run_live.c)
