@@ -21,6 +21,10 @@ KT_INTERNAL kt_result kt__allreduce_halving_doubling(kt__exec *ex);
 KT_INTERNAL kt_result kt__broadcast_binomial(kt__exec *ex);
 KT_INTERNAL kt_result kt__broadcast_pipeline(kt__exec *ex);
 KT_INTERNAL kt_result kt__reduce_binomial(kt__exec *ex);
+/* The communicator's scratch buffer of at least n bytes (scratch.c): grown
+ * on demand, valid until the next call; NULL (error set) when out of memory. */
+KT_INTERNAL void *kt__scratch(struct kt_comm_s *c, size_t n);
+
 KT_INTERNAL kt_result kt__allgatherv_ring(kt__exec *ex);   /* allgather too */
 KT_INTERNAL kt_result kt__reduce_scatter_ring(kt__exec *ex);
 KT_INTERNAL kt_result kt__gather_linear(kt__exec *ex);

@@ -14,30 +14,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-static const char *const coll_names[KT_COLL_COUNT] = {
-#define KT_X(name, str) str,
-    KT_COLL_LIST(KT_X)
-#undef KT_X
-};
-
-const char *kt__coll_name(kt__coll c) { return (unsigned)c < KT_COLL_COUNT ? coll_names[c] : "unknown"; }
-
-void kt__op_sig(const kt__op *op, int nranks, kt__sig *g) {
-  *g = (kt__sig){.seq = op->seq, .count = op->count, .coll = (uint16_t)op->coll, .dtype = (uint8_t)op->dtype,
-                 .op = (uint8_t)op->op, .root = op->root};
-  if (op->coll == KT_COLL_ALLGATHERV) { /* sendcounts differ; the total does not */
-    g->count = 0;
-    for (int r = 0; r < nranks; r++) g->count += op->counts[r];
-  }
-}
-
-void kt__sig_describe(const kt__sig *g, char *buf, size_t cap) {
-  snprintf(buf, cap, "op #%llu %s, count %llu, %s, %s, root %d", (unsigned long long)g->seq,
-           g->coll < KT_COLL_COUNT ? kt__coll_name((kt__coll)g->coll) : "?", (unsigned long long)g->count,
-           g->dtype < KT_NUM_DTYPES ? kt_dtype_name((kt_dtype)g->dtype) : "?",
-           g->op < KT_NUM_OPS ? kt_op_name((kt_op)g->op) : "?", g->root);
-}
-
 const char *kt__peer_desc(struct kt_comm_s *c, int r, char *buf, size_t cap) {
   bool known = r >= 0 && r < c->size;
   int shown = kt__rank_label(c, r);
@@ -46,19 +22,6 @@ const char *kt__peer_desc(struct kt_comm_s *c, int r, char *buf, size_t cap) {
   else
     snprintf(buf, cap, "rank %d", shown);
   return buf;
-}
-
-void *kt__scratch(struct kt_comm_s *c, size_t n) {
-  if (n == 0) n = 1; /* always a valid pointer, even for empty work */
-  if (n <= c->scratch_cap) return c->scratch;
-  void *p = realloc(c->scratch, n);
-  if (!p) {
-    kt__err(KT_ERR_NO_MEMORY, "rank %d: cannot allocate %zu bytes of scratch", c->rank, n);
-    return NULL;
-  }
-  c->scratch = p;
-  c->scratch_cap = n;
-  return p;
 }
 
 /* Break c (first failure wins) and its hierarchy children with msg. */

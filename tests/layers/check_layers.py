@@ -24,8 +24,10 @@ import sys
 # The first pattern that matches a path gives its layer.
 LAYERS = [
     ("base", ["include/kaitian.h", "src/core/common.h", "src/core/error.c", "src/core/log.c",
-              "src/core/util.c", "src/core/params.c", "src/core/params.def", "src/core/names.*"]),
-    ("beside base", ["src/store/*", "src/reduce/*", "src/optim/*"]),
+              "src/core/util.c", "src/core/params.c", "src/core/params.def", "src/core/names.c",
+              "src/core/op.h"]),
+    # the process's registered buffers: a registry like the store, on the base only
+    ("beside base", ["src/store/*", "src/reduce/*", "src/optim/*", "src/core/memreg.*"]),
     ("transport", ["src/transport/*"]),
     ("coll", ["src/coll/*"]),
     ("core", ["src/core/*"]),
