@@ -27,6 +27,12 @@ def _where():
     return f"{_ENV}={os.environ.get(_ENV, '')} (rank {rank})"
 
 
+class _NoDeviceType(ValueError, RuntimeError):
+    """KAITIAN_DEVICE names a type this torch lacks: a bad value of the
+    variable (ValueError, as every other bad value) and, as before, a
+    RuntimeError."""
+
+
 def _plan():
     """The launcher's device for this rank: None when KAITIAN_DEVICE is unset,
     ("cpu", None, None), or (type, index, torch.<type> module)."""
@@ -43,7 +49,7 @@ def _plan():
         return ("cpu", None, None)
     module = getattr(torch, kind, None)
     if module is None or not callable(getattr(module, "device_count", None)):
-        raise RuntimeError(f"{_where()}: this torch ({torch.__version__}) has no device type "
+        raise _NoDeviceType(f"{_where()}: this torch ({torch.__version__}) has no device type "
                            f"'{kind}' (no torch.{kind}.device_count)")
     return (kind, int(index or 0), module)
 

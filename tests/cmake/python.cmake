@@ -54,6 +54,9 @@ endfunction()
 kt_py_test(import 60 ${KT_PYTHON} ${KT_PY_DIR}/test_import.py)
 kt_py_test(cpu_adam 300 ${KT_PYTHON} ${KT_PY_DIR}/test_cpu_adam.py)
 kt_py_test(device 60 ${KT_PYTHON} ${KT_PY_DIR}/test_device.py)
+# The decoders of the Python layer fuzzed in process, 3 s each (a longer
+# campaign: test_fuzz_decoders.py SECONDS).
+kt_py_test(fuzz_decoders 120 ${KT_PYTHON} ${KT_PY_DIR}/test_fuzz_decoders.py 3)
 kt_py_test(ops_np1 300 ${KT_CLI} run -n 1 ${KT_PY_DIR}/test_ops.py)
 kt_py_test(solo 300 ${KT_CLI} run -n 1 ${KT_PY_DIR}/test_solo.py)
 # The device path on this CPU machine (test_devpath.py): ranks that declare a

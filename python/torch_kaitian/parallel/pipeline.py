@@ -151,11 +151,30 @@ class Pipeline:
 
     @staticmethod
     def _parse(h):
+        # A neighbour's header: what _header wrote, or ValueError naming the field.
+        n = int(h[1])
+        if not 0 <= n <= _MAX_TENSORS:
+            raise ValueError(f"pipeline header: tensor count {n} is not 0..{_MAX_TENSORS}")
         out, i = [], 2
-        for _ in range(int(h[1])):
-            dt, rg, nd = _DTYPES[int(h[i])], bool(h[i + 1]), int(h[i + 2])
-            out.append((dt, rg, tuple(int(x) for x in h[i + 3:i + 3 + nd])))
+        for k in range(n):
+            d, g, nd = int(h[i]), int(h[i + 1]), int(h[i + 2])
+            if not 0 <= d < len(_DTYPES):
+                raise ValueError(f"pipeline header: tensor {k}: dtype {d} is not 0..{len(_DTYPES) - 1}")
+            dt = _DTYPES[d]
+            if g not in (0, 1) or (g and not (dt.is_floating_point or dt.is_complex)):
+                raise ValueError(f"pipeline header: tensor {k}: requires_grad {g} for {dt}")
+            if not 0 <= nd <= 8:
+                raise ValueError(f"pipeline header: tensor {k}: dimensions {nd} is not 0..8")
+            shape = tuple(int(x) for x in h[i + 3:i + 3 + nd])
+            if any(x < 0 for x in shape) or \
+                    math.prod(max(x, 1) for x in shape) * torch.empty((), dtype=dt).element_size() >= 2 ** 63:
+                raise ValueError(f"pipeline header: tensor {k}: size {shape} is not a tensor's")
+            out.append((dt, bool(g), shape))
             i += 11
+        pad = [j for j in range(2, len(h)) if h[j] != 0 and not any(
+            2 + 11 * k <= j < 2 + 11 * k + 3 + len(out[k][2]) for k in range(n))]
+        if pad:
+            raise ValueError(f"pipeline header: word {pad[0]} (padding) is {int(h[pad[0]])}, not 0")
         return out
 
     def _exchange(self, send_to, send_tensors, recv_from):
