@@ -39,7 +39,9 @@ help:
 	@echo "make mutation  plant known bugs one at a time in a copy of the Python package (the exact heterogeneous mean, ZeRO, the pipeline); each must fail its test (tests/mutation/mutate.py, ~2 min)"
 	@echo "make sweep    every size 8 B-4 KiB in steps of 8 B and both sides of every tuner threshold, 2 and 4 ranks,"
 	@echo "              5 collectives, against Open MPI and MPICH; exits 1 on a cliff (bench/sweep_peers, ~15 min)"
-	@echo "make soak     long runs on 4 ranks (one host; 2 netns hosts; 1000 torch groups) whose memory and descriptors must stay flat (tests/soak/)"
+	@echo "make soak     long runs on 4 ranks (one host; 2 netns hosts; 1000 torch groups) whose memory and descriptors must stay flat,"
+	@echo "              then SOAK_OVERLOAD_SECONDS (default 600) of jobs on 2 netns hosts with the machine overloaded on purpose:"
+	@echo "              no node declared lost, then a node killed and named within 1 s (tests/soak/)"
 	@echo "make install  install to PREFIX=$(PREFIX) (library, header, kaitian, pkg-config, CMake package,"
 	@echo "              Python package torch_kaitian); make uninstall removes it (docs/install.md)"
 
@@ -112,12 +114,17 @@ chaos: build
 sweep: build
 	bench/sweep_peers --kaitian $(BUILD)/kaitian $(SWEEP_ARGS)
 
+# The overloaded run's length (tests/soak/overload.sh); `make soak
+# SOAK_OVERLOAD_SECONDS=60` for a short one.
+SOAK_OVERLOAD_SECONDS ?= 600
 soak: build
 	@status=0; \
 	sh tests/soak/soak.sh $(BUILD)/kaitian $(BUILD)/tests/soak_prog 4 || status=1; \
 	sh tests/soak/soak.sh --hosts 2 $(BUILD)/kaitian $(BUILD)/tests/soak_prog 4; rc=$$?; \
 	[ $$rc = 0 ] || [ $$rc = 77 ] || status=1; \
 	$(KT_PY_ENV) sh tests/soak/soak.sh $(BUILD)/kaitian tests/soak/soak_torch.py 4 groups=1000 || status=1; \
+	sh tests/soak/overload.sh $(BUILD)/kaitian $(BUILD)/tests/soak_prog $(SOAK_OVERLOAD_SECONDS); rc=$$?; \
+	[ $$rc = 0 ] || [ $$rc = 77 ] || status=1; \
 	exit $$status
 
 tsan: deps
