@@ -21,6 +21,19 @@ KT_INTERNAL kt_result kt__allreduce_halving_doubling(kt__exec *ex);
 KT_INTERNAL kt_result kt__broadcast_binomial(kt__exec *ex);
 KT_INTERNAL kt_result kt__broadcast_pipeline(kt__exec *ex);
 KT_INTERNAL kt_result kt__reduce_binomial(kt__exec *ex);
+/* An algorithm of the table (tuner.c): the collective it runs, its name,
+ * its function, where it can run (tuner.c's enum). */
+typedef struct kt__algo {
+  kt__coll coll;
+  const char *name;
+  kt__algo_fn fn;
+  int needs;
+} kt__algo;
+/* The algorithm that runs op on c (the tuner's choice, KAITIAN_ALGO
+ * included; a phase of a hierarchical op takes the tuner's own pick and is
+ * not counted in kt__algos_run); NULL when none can run it. */
+KT_INTERNAL const kt__algo *kt__algo_pick(struct kt_comm_s *c, const kt__op *op, bool phase);
+
 /* The communicator's scratch buffer of at least n bytes (scratch.c): grown
  * on demand, valid until the next call; NULL (error set) when out of memory. */
 KT_INTERNAL void *kt__scratch(struct kt_comm_s *c, size_t n);

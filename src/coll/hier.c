@@ -17,7 +17,7 @@
 kt_result kt__hier_phase(kt__exec *ex, struct kt_comm_s *child, kt__op *op, const char *what) {
   op->seq = ++child->issued;
   op->partial = true;
-  kt_result r = kt__execute_phase(child, op, ex);
+  kt_result r = ex->phases->run(child, op, ex);
   if (r == KT_SUCCESS) return KT_SUCCESS;
   kt_result dead = kt__net_check_peers(ex); /* its error text names the parent's rank */
   if (dead != KT_SUCCESS) return dead;
@@ -71,7 +71,7 @@ kt_result kt__xpipe_issue(kt__exec *ex, kt__xpipe *xp, kt__op *op) {
     return kt__err(KT_ERR_INTERNAL, "too many inter-host phases in flight");
   }
   op->partial = true;
-  kt_result r = kt__issue(ex->comm->cross, op, &xp->req[xp->issued]);
+  kt_result r = ex->phases->issue(ex->comm->cross, op, &xp->req[xp->issued]);
   if (r == KT_SUCCESS) xp->issued++;
   return r;
 }
@@ -81,7 +81,7 @@ kt_result kt__xpipe_wait(kt__exec *ex, kt__xpipe *xp, const char *what) {
   bool consumed;
   char waiting[160];
   snprintf(waiting, sizeof waiting, "the %s of a segment", what);
-  kt_result r = kt__wait_watching(xp->req[xp->waited], ex, waiting, &consumed);
+  kt_result r = ex->phases->wait_watching(xp->req[xp->waited], ex, waiting, &consumed);
   if (consumed) xp->waited++;
   if (r == KT_SUCCESS) return KT_SUCCESS;
   /* As kt__hier_phase reports a failed phase: a dead peer by its rank in
@@ -108,8 +108,8 @@ kt_result kt__xpipe_end(kt__exec *ex, kt__xpipe *xp, kt_result r) {
    * the buffers. */
   char msg[1024];
   kt__error_copy(msg, sizeof msg);
-  kt__comm_stop(ex->comm->cross, r != KT_SUCCESS ? r : KT_ERR_INTERNAL);
-  for (; xp->waited < xp->issued; xp->waited++) (void)kt_wait(xp->req[xp->waited]);
+  ex->phases->stop(ex->comm->cross, r != KT_SUCCESS ? r : KT_ERR_INTERNAL);
+  for (; xp->waited < xp->issued; xp->waited++) (void)ex->phases->wait(xp->req[xp->waited]);
   kt__error_set_text(msg);
   return r != KT_SUCCESS ? r : kt__err(KT_ERR_INTERNAL, "inter-host phases left unwaited");
 }

@@ -17,15 +17,12 @@
 /* Where an algorithm can run. */
 enum { ANY = 0, SHM = 1, SHM_SMALL = 2, HIER = 3, SHM_LL = 4, SHM_CMA = 5 };
 
-typedef struct algo {
-  kt__coll coll;
-  const char *name;
-  kt__algo_fn fn;
-  int needs; /* ANY; SHM: every rank on this host with a segment; SHM_SMALL: and fits one region;
-               SHM_LL: and each rank's payload fits the small-message lines;
-               SHM_CMA: and even blocks (alltoall: out of place);
-               HIER: ranks on several hosts (c->local, c->hosts; c->cross on the first c->shards local ranks) */
-} algo;
+/* kt__algo (coll.h); needs: ANY; SHM: every rank on this host with a
+ * segment; SHM_SMALL: and fits one region; SHM_LL: and each rank's payload
+ * fits the small-message lines; SHM_CMA: and even blocks (alltoall: out of
+ * place); HIER: ranks on several hosts (c->local, c->hosts; c->cross on the
+ * first c->shards local ranks). */
+typedef kt__algo algo;
 
 static const algo algos[] = {
     {KT_COLL_ALLREDUCE, "ring", kt__allreduce_ring, ANY},
@@ -360,7 +357,7 @@ static void init_ll_cut(struct kt_comm_s *c) {
 }
 
 /* The small ops' pick without the model (its cost is a fair part of a
- * sub-microsecond op), inlined into execute, which asks pick() only when
+ * sub-microsecond op), inlined into kt__algo_pick, which asks pick() only when
  * this declines (-1). Returns an index into algos. */
 static inline int ll_pick(const struct kt_comm_s *c, const kt__op *op) {
   if (!c->ll_cut_set || op->counts || (int64_t)(op->count * kt_dtype_size(op->dtype)) > c->ll_cut[op->coll])
@@ -429,42 +426,13 @@ const char *kt__algo_for(struct kt_comm_s *c, kt__coll coll, const void *sendbuf
   return a < 0 ? "none" : algos[a].name;
 }
 
-/* Out of execute's way (its registers): a failed op's error names it. */
-static __attribute__((noinline, cold)) kt_result op_failed(struct kt_comm_s *c, const kt__op *op, const char *name,
-                                                           kt_result r) {
-  kt__stream_fence(); /* an algorithm that failed may have streamed */
-  kt__error_prefix("rank %d: %s #%llu (%s, count %zu, %s): ", kt__rank_label(c, c->rank), kt__coll_name(op->coll),
-                   (unsigned long long)op->seq, name, op->count, kt_dtype_name(op->dtype));
-  return r;
-}
-
-/* A phase (parent set) keeps its parent's deadline; an op of its own gets
- * the communicator's timeout from now. A phase issued to a child's progress
- * thread (`partial`, no parent: the segments of hier.c) is a phase for the
- * tuner too: KAITIAN_ALGO applies to the calls a program makes. */
-static kt_result execute(struct kt_comm_s *c, const kt__op *op, kt__exec *parent) {
-  bool phase = parent != NULL || op->partial;
+/* The algorithm that runs op on c: the small ops' pick without the model,
+ * else KAITIAN_ALGO's or the model's (pick); counted as run (note_run)
+ * unless a phase. NULL when none can run it. Core executes it (execute.c). */
+const kt__algo *kt__algo_pick(struct kt_comm_s *c, const kt__op *op, bool phase) {
   int a = ll_pick(c, op);
   if (a < 0) a = pick(c, op, phase);
-  if (a < 0) return kt__err(KT_ERR_INTERNAL, "no algorithm for %s", kt__coll_name(op->coll));
+  if (a < 0) return NULL;
   if (!phase) note_run(c, op, a);
-  KT_TRACE("rank %d: op #%llu %s count %zu %s -> %s", c->rank, (unsigned long long)op->seq,
-           kt__coll_name(op->coll), op->count, kt_dtype_name(op->dtype), algos[a].name);
-  /* One clock read per op: the deadline (unless a parent's) and the
-   * liveness beat both come from it. */
-  int64_t now = kt__now_coarse_ns();
-  int64_t deadline_ns = parent ? parent->deadline_ns : now + c->timeout_ms * 1000000;
-  kt__exec ex = {.comm = c, .op = op, .start_ns = now, .deadline_ns = deadline_ns, .parent = parent};
-  kt__net_op_begin(&ex);
-  /* Over shared memory a peer's failure is a flag in the segment, checked
-   * by every wait; over TCP look at the peers' sockets (one poll). */
-  kt_result r = c->shm ? KT_SUCCESS : kt__net_check_peers(&ex);
-  if (r == KT_SUCCESS) r = algos[a].fn(&ex);
-  return KT_LIKELY(r == KT_SUCCESS) ? r : op_failed(c, op, algos[a].name, r);
-}
-
-kt_result kt__execute(struct kt_comm_s *c, const kt__op *op) { return execute(c, op, NULL); }
-
-kt_result kt__execute_phase(struct kt_comm_s *c, const kt__op *op, kt__exec *parent) {
-  return execute(c, op, parent);
+  return &algos[a];
 }

@@ -128,9 +128,23 @@ typedef struct kt__exec {
   /* A phase of a parent communicator's op (the hierarchy): the parent's
    * context, whose sockets the phase's waits also watch (kt__net_stuck). */
   struct kt__exec *parent;
+  /* What core lends the hierarchical algorithms to run their phases
+   * (execute.c); NULL outside an executed op. */
+  const struct kt__phases *phases;
 } kt__exec;
 
-/* Scratch of at least n bytes valid until the op ends (NULL + error on OOM). */
+/* How a hierarchical algorithm (coll) runs the phases of its op on child
+ * communicators without calling up into core: run one now on this thread
+ * (a phase, with the parent's deadline), or issue one to a child's progress
+ * thread, wait for it (watching the parent's peers: kt__wait_watching) or
+ * for its end after stopping the child (a failure). */
+typedef struct kt__phases {
+  kt_result (*run)(struct kt_comm_s *child, const kt__op *op, kt__exec *parent);
+  kt_result (*issue)(struct kt_comm_s *c, kt__op *op, kt_request *req_out);
+  kt_result (*wait_watching)(kt_request req, kt__exec *ex, const char *what, bool *consumed);
+  kt_result (*wait)(kt_request req);
+  void (*stop)(struct kt_comm_s *c, kt_result r);
+} kt__phases;
 
 /* Mark the communicator broken with r and this thread's error text (first
  * error wins); tells peers (best effort) so they fail fast too. */
@@ -145,6 +159,8 @@ KT_INTERNAL void kt__fast_reset(struct kt_comm_s *c);
 KT_INTERNAL kt_result kt__issue(struct kt_comm_s *c, kt__op *op, kt_request *req_out);
 KT_INTERNAL kt_result kt__run(struct kt_comm_s *c, kt__coll coll, const void *sendbuf, void *recvbuf, size_t count,
                               kt_dtype dtype, int peer);
+/* kt_wait without its check of the argument (req is the library's own). */
+KT_INTERNAL kt_result kt__wait_request(kt_request req);
 
 /* Wait for req, an op of child communicator req->comm running on its
  * progress thread, while watching the peers of the parent op ex (dead or
@@ -162,11 +178,10 @@ KT_INTERNAL void kt__comm_stop(struct kt_comm_s *c, kt_result r);
 /* Post a completion tag (src/core/cq.c). */
 KT_INTERNAL void kt__cq_push(struct kt_cq_s *cq, uint64_t tag);
 
-/* Execute one op now on the calling thread (collective dispatch). */
+/* Execute one op now on the calling thread (execute.c: the algorithm
+ * coll's tuner picks, in the op's context). A phase of a hierarchical op
+ * runs through its parent's kt__exec: ex->phases->run. */
 KT_INTERNAL kt_result kt__execute(struct kt_comm_s *c, const kt__op *op);
-/* Run op on child c as a phase of the parent's op: the parent's deadline, and
- * waits that also watch the parent's peers. */
-KT_INTERNAL kt_result kt__execute_phase(struct kt_comm_s *c, const kt__op *op, kt__exec *parent);
 
 /* Describe peer r for messages: "rank 3 (host:pid)". */
 KT_INTERNAL const char *kt__peer_desc(struct kt_comm_s *c, int r, char *buf, size_t cap);

@@ -241,13 +241,17 @@ kt_result kt__issue(struct kt_comm_s *c, kt__op *op, kt_request *req_out) {
   }
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
-  if (!req_out) return kt_wait(req);
+  if (!req_out) return kt__wait_request(req);
   *req_out = req;
   return KT_SUCCESS;
 }
 
 kt_result kt_wait(kt_request req) {
   if (!req) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank ?: kt_wait: request is NULL");
+  return kt__wait_request(req);
+}
+
+kt_result kt__wait_request(kt_request req) {
   struct kt_comm_s *c = req->comm;
   if (!atomic_load_explicit(&req->done, memory_order_acquire)) {
     pthread_mutex_lock(&c->mu);
