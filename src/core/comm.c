@@ -14,16 +14,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-const char *kt__peer_desc(struct kt_comm_s *c, int r, char *buf, size_t cap) {
-  bool known = r >= 0 && r < c->size;
-  int shown = kt__rank_label(c, r);
-  if (known && c->peer_host && c->peer_pid[r] > 0)
-    snprintf(buf, cap, "rank %d (%s pid %d)", shown, c->peer_host[r], c->peer_pid[r]);
-  else
-    snprintf(buf, cap, "rank %d", shown);
-  return buf;
-}
-
 /* Break c (first failure wins) and its hierarchy children with msg. */
 static void comm_fail_msg(struct kt_comm_s *c, kt_result r, const char *msg) {
   pthread_mutex_lock(&c->mu);

@@ -183,7 +183,12 @@ KT_INTERNAL void kt__cq_push(struct kt_cq_s *cq, uint64_t tag);
  * runs through its parent's kt__exec: ex->phases->run. */
 KT_INTERNAL kt_result kt__execute(struct kt_comm_s *c, const kt__op *op);
 
-/* Describe peer r for messages: "rank 3 (host:pid)". */
-KT_INTERNAL const char *kt__peer_desc(struct kt_comm_s *c, int r, char *buf, size_t cap);
+/* Describe peer r for messages: "rank 3 (host pid 1234)" (names.c formats
+ * it from the communicator's tables). */
+static inline const char *kt__peer_desc(const struct kt_comm_s *c, int r, char *buf, size_t cap) {
+  bool known = r >= 0 && r < c->size && c->peer_host && c->peer_pid[r] > 0;
+  return kt__peer_describe(kt__rank_label(c, r), known ? c->peer_host[r] : NULL, known ? c->peer_pid[r] : 0,
+                           buf, cap);
+}
 
 #endif /* KT_COMM_H */

@@ -27,3 +27,11 @@ void kt__sig_describe(const kt__sig *g, char *buf, size_t cap) {
            g->dtype < KT_NUM_DTYPES ? kt_dtype_name((kt_dtype)g->dtype) : "?",
            g->op < KT_NUM_OPS ? kt_op_name((kt_op)g->op) : "?", g->root);
 }
+
+const char *kt__peer_describe(int shown, const char *host, int pid, char *buf, size_t cap) {
+  if (host)
+    snprintf(buf, cap, "rank %d (%s pid %d)", shown, host, pid);
+  else
+    snprintf(buf, cap, "rank %d", shown);
+  return buf;
+}

@@ -76,4 +76,8 @@ static inline bool kt__sig_equal(const kt__sig *a, const kt__sig *b) {
 /* "op #N name, count C, dtype, op, root R" */
 KT_INTERNAL void kt__sig_describe(const kt__sig *g, char *buf, size_t cap);
 
+/* "rank R (host pid P)", or "rank R" without a host: a peer as messages
+ * name it (R as the user knows it: kt__rank_label). Returns buf. */
+KT_INTERNAL const char *kt__peer_describe(int shown, const char *host, int pid, char *buf, size_t cap);
+
 #endif
