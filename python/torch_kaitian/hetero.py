@@ -1290,17 +1290,20 @@ class HeteroDDP(DistributedDataParallel):
                                  f"{list(batch_sizes)} for {len(batches)} micro-batches")
         total = sum(sizes)
         st = None
-        for i, (b, n) in enumerate(zip(batches, sizes)):
-            last = i == len(batches) - 1
-            self._kt_micro = (i == 0, n, total, st)
-            if last or self._kt_mode != "ddp":
-                yield b
-            else:
-                with self.no_sync():
+        try:
+            for i, (b, n) in enumerate(zip(batches, sizes)):
+                last = i == len(batches) - 1
+                self._kt_micro = (i == 0, n, total, st)
+                if last or self._kt_mode != "ddp":
                     yield b
-            st = self._kt_micro_state
+                else:
+                    with self.no_sync():
+                        yield b
+                st = self._kt_micro_state
+                self._kt_micro = None
+        finally:  # left early (an exception, a break): the next forward is a plain one
             self._kt_micro = None
-        self._kt_micro_state = None
+            self._kt_micro_state = None
 
     def set_batch_size(self, n):
         """This rank's batch size for the next forward (when dim 0 of its first
