@@ -27,9 +27,9 @@ PLANTS = {
         ["test_hetero.py", "exact", "--caps", "1,3"], 2),
     "hetero_plan_group": (
         "torch_kaitian/hetero.py",
-        "        self._kt_state = st = _CountState(n, work, count, "
+        "            st = _CountState(count_n, work, count, "
         "dist.get_world_size(self.process_group))",
-        "        self._kt_state = st = _CountState(n, work, count, dist.get_world_size())",
+        "            st = _CountState(count_n, work, count, dist.get_world_size())",
         ["test_hetero.py", "exact", "--caps", "1,2,5", "--plan-out", "1"], 3),
     "zero_skip_shard_step": (
         "torch_kaitian/parallel/zero.py", "        self.inner.step()\n",
