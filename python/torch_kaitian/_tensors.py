@@ -232,11 +232,3 @@ def consecutive(tensors):
         if t.numel() or end is None:
             end = t.data_ptr() + t.numel() * es
     return True
-
-
-def copy_slices(host, outs):
-    off = 0
-    for o in outs:
-        n = o.numel()
-        o.copy_(host[off:off + n].view(o.shape))
-        off += n

@@ -28,7 +28,7 @@ from . import _lib
 from . import _tensors as T
 from ._shared import Sharer
 from ._opts import _ms, _one, _opt, _reduce_op  # noqa: F401 - _ms: tests read it here
-from ._tensors import any_cuda as _any_cuda, consecutive as _consecutive, copy_slices as _copy_slices
+from ._tensors import any_cuda as _any_cuda, consecutive as _consecutive
 from ._tensors import flat_host as _flat_host
 from ._work import OTHER, PYTHON, SYNC, Work, _DoneWork, _caller_mode, _work_from_future  # noqa: F401
 from ._work import completed as _completed_work
@@ -435,7 +435,7 @@ class ProcessGroupKaitian(_Base):
             return self._submit(self._comm, "allgatherv", args, what, mode, output_tensors,
                                 (b, outs, rc, rd), None)
         host, view, dt, k = _flat_host(sum(counts), t.dtype, _any_cuda(outs))
-        finish = lambda: _copy_slices(host, outs)  # noqa: E731
+        finish = lambda: T.unflatten_into(host, outs)  # noqa: E731
         if all(c == counts[0] for c in counts):
             args = (b.ptr, view.data_ptr() or T.EMPTY_PTR, b.count, dt)
             return self._submit(self._comm, "allgather", args, what, mode, output_tensors,
@@ -540,7 +540,7 @@ class ProcessGroupKaitian(_Base):
         host, view, dt, _k = _flat_host(t.numel() * self._size, t.dtype, _any_cuda(outs))
         return self._submit(
             self._comm, "gather", (b.ptr, view.data_ptr() or T.EMPTY_PTR, b.count, dt, root), what,
-            mode, output_tensors, (b, host, outs), lambda: _copy_slices(host, outs))
+            mode, output_tensors, (b, host, outs), lambda: T.unflatten_into(host, outs))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         mode = _caller_mode()
@@ -744,7 +744,7 @@ class ProcessGroupKaitian(_Base):
             (sview.data_ptr() or T.EMPTY_PTR, sc, sd, rview.data_ptr() or T.EMPTY_PTR, rc, rd, dt),
             self._desc(f"all_to_all of {p} {dtype} tensors"), mode, list(output_tensors),
             (send, recv_host, input_tensors, output_tensors, sc, sd, rc, rd),
-            lambda: _copy_slices(recv_host, output_tensors))
+            lambda: T.unflatten_into(recv_host, output_tensors))
 
     def barrier(self, opts=None):
         mode = _caller_mode()

@@ -163,6 +163,14 @@ KT_INTERNAL void kt__stream_fence(void);
 KT_INTERNAL size_t kt__stream_min_bytes(void);
 static inline int64_t kt__now_ms(void) { return kt__now_ns() / 1000000; }
 
+/* a == b over n bytes, in time that does not depend on where they differ
+ * (secret tokens: the data mesh's hello, the launcher's heartbeat). */
+KT_INTERNAL bool kt__equal_ct(const void *a, const void *b, size_t n);
+/* "10.0.0.2:41234" for a peer's address ("?:0" for an unknown family), for
+ * messages naming who connected. */
+struct sockaddr_storage;
+KT_INTERNAL void kt__format_sockaddr(const struct sockaddr_storage *ss, char *buf, size_t cap);
+
 /* FNV-1a 64: fold len bytes into h (start from KT_FNV1A_BASIS). For names
  * and ids, not for secrets' protection. */
 #define KT_FNV1A_BASIS 1469598103934665603ULL

@@ -9,6 +9,9 @@
 #include <time.h>
 #include <unistd.h>
 #include <linux/membarrier.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #if defined(__x86_64__) && defined(__SSE2__)
@@ -202,3 +205,25 @@ void kt_version(int *major, int *minor, int *patch) {
 #define KT_BUILD_INFO "unknown build"
 #endif
 const char *kt_build_info(void) { return KT_BUILD_INFO; }
+
+bool kt__equal_ct(const void *a, const void *b, size_t n) {
+  const uint8_t *x = a, *y = b;
+  volatile uint8_t d = 0;
+  for (size_t i = 0; i < n; i++) d |= (uint8_t)(x[i] ^ y[i]);
+  return d == 0;
+}
+
+void kt__format_sockaddr(const struct sockaddr_storage *ss, char *buf, size_t cap) {
+  char ip[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+    port = ntohs(a->sin_port);
+  } else if (ss->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+    port = ntohs(a->sin6_port);
+  }
+  snprintf(buf, cap, "%s:%d", ip, port);
+}

@@ -1398,42 +1398,19 @@ static kt_result connect_one(struct kt_comm_s *c, const kt__tcp_addr *a, int pee
   }
 }
 
-/* a == b over n bytes, in time that does not depend on where they differ. */
-static bool same_token(const uint8_t *a, const uint8_t *b, size_t n) {
-  volatile uint8_t d = 0;
-  for (size_t i = 0; i < n; i++) d |= (uint8_t)(a[i] ^ b[i]);
-  return d == 0;
-}
-
 /* NULL when h is the hello of a higher rank of this communicator for a
  * connection it has yet to make (its control one, or one of the pair's data
  * lanes); else why not. The token is checked before anything it protects. */
 static const char *hello_problem(const struct kt_comm_s *c, const struct hello *h) {
   const struct kt__tcp *t = c->tcp;
   if (h->magic != HELLO_MAGIC) return "not a KaiTian hello";
-  if (!same_token(h->token, t->token, sizeof t->token)) return "wrong token";
+  if (!kt__equal_ct(h->token, t->token, sizeof t->token)) return "wrong token";
   if (h->rank <= c->rank || h->rank >= c->size) return "rank out of place";
   if (h->kind != CONN_DATA && h->kind != CONN_CTRL) return "unknown connection kind";
   if (h->kind == CONN_DATA && h->lane >= (uint32_t)t->peers[h->rank].nlanes) return "lane out of range";
   int fd = h->kind == CONN_DATA ? t->peers[h->rank].lane[h->lane].fd : t->peers[h->rank].ctrl_fd;
   if (fd >= 0) return "its connection is made already (a replayed hello)";
   return NULL;
-}
-
-/* "10.0.0.2:41234" for a peer address (an unknown family: "?"). */
-static void format_addr(const struct sockaddr_storage *ss, char *buf, size_t cap) {
-  char ip[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (ss->ss_family == AF_INET) {
-    const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
-    port = ntohs(a->sin_port);
-  } else if (ss->ss_family == AF_INET6) {
-    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
-    port = ntohs(a->sin6_port);
-  }
-  snprintf(buf, cap, "%s:%d", ip, port);
 }
 
 /* Accept until every higher rank has connected all its sockets. Anything
@@ -1465,7 +1442,7 @@ static kt_result accept_all(struct kt_comm_s *c, int64_t deadline) {
     const char *why = kt__read_full(fd, &h, sizeof h) != 0 ? "no complete hello within 2 s" : hello_problem(c, &h);
     if (why) {
       char addr[INET6_ADDRSTRLEN + 8];
-      format_addr(&from, addr, sizeof addr);
+      kt__format_sockaddr(&from, addr, sizeof addr);
       KT_WARN("rank %d: closed a connection from %s to communicator '%s': %s; the job goes on",
               kt__rank_label(c, c->rank), addr, c->prefix, why);
       close(fd);

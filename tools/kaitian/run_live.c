@@ -92,27 +92,6 @@ static void set_keepalive(int fd, int64_t lost_ms) {
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
 }
 
-static void format_peer(const struct sockaddr_storage *ss, char *buf, size_t cap) {
-  char ip[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (ss->ss_family == AF_INET) {
-    const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
-    port = ntohs(a->sin_port);
-  } else if (ss->ss_family == AF_INET6) {
-    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
-    port = ntohs(a->sin6_port);
-  }
-  snprintf(buf, cap, "%s:%d", ip, port);
-}
-
-static bool same_token(const uint8_t *a, const uint8_t *b) {
-  volatile uint8_t d = 0;
-  for (size_t i = 0; i < KT_RUN_LIVE_TOKEN; i++) d |= (uint8_t)(a[i] ^ b[i]);
-  return d == 0;
-}
-
 static uint32_t get_u32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
@@ -138,7 +117,7 @@ static void hello_done(kt_run_live *l, pending *p, int64_t now) {
   uint32_t magic = get_u32(p->buf), node = get_u32(p->buf + 4);
   const char *why = NULL;
   if (magic != LIVE_MAGIC) why = "not a heartbeat hello";
-  else if (!same_token(p->buf + 8, l->token)) why = "wrong token";
+  else if (!kt__equal_ct(p->buf + 8, l->token, KT_RUN_LIVE_TOKEN)) why = "wrong token";
   else if (node == 0 || node >= (uint32_t)l->nnodes) why = "node rank out of range";
   else if (l->node[node].seen) why = "that node is connected already";
   pthread_mutex_lock(&l->mu);
@@ -215,7 +194,7 @@ static void accept_one(kt_run_live *l, int64_t now) {
   p->fd = fd;
   p->since_ms = now;
   p->got = 0;
-  format_peer(&from, p->addr, sizeof p->addr);
+  kt__format_sockaddr(&from, p->addr, sizeof p->addr);
 }
 
 static void *watch_main(void *arg) {
