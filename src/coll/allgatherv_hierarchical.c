@@ -29,7 +29,7 @@
 
 kt_result kt__allgatherv_hierarchical(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm, *local = c->local, *cross = c->cross;
+  kt__group *c = ex->group, *local = c->local, *cross = c->cross;
   const kt__hosts *hs = c->hosts;
   int H = hs->n, L = local->size, me = local->rank, S = c->shards, h = hs->of[c->rank];
   size_t es = kt_dtype_size(op->dtype);

@@ -12,7 +12,7 @@
 
 kt_result kt__allgatherv_shm(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int p = c->size, me = c->rank;
   size_t es = kt_dtype_size(op->dtype), chunk = kt__shm_region_bytes(c);
   bool v = op->coll == KT_COLL_ALLGATHERV;

@@ -39,7 +39,7 @@ static size_t block_start(size_t n, int q, int b) {
 
 kt_result kt__allreduce_halving_doubling(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int p = c->size, r = c->rank;
   size_t es = kt_dtype_size(op->dtype), n = op->count, bytes = n * es;
   char *buf = op->recvbuf;

@@ -35,7 +35,7 @@
 static kt_result local_phase(kt__exec *ex, bool rs, int K, int j, const size_t *counts, const size_t *displs,
                              size_t *cj, size_t *dj) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm, *local = c->local;
+  kt__group *c = ex->group, *local = c->local;
   int L = local->size, me = local->rank;
   size_t es = kt_dtype_size(op->dtype), total = 0;
   kt__hier_narrow(counts, displs, L, K, j, cj, dj);
@@ -59,7 +59,7 @@ static kt_result local_phase(kt__exec *ex, bool rs, int K, int j, const size_t *
 
 static kt_result segmented(kt__exec *ex, int K) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm, *local = c->local, *cross = c->cross;
+  kt__group *c = ex->group, *local = c->local, *cross = c->cross;
   int L = local->size, me = local->rank, S = c->shards;
   size_t es = kt_dtype_size(op->dtype);
   size_t *counts = kt__scratch(c, 4 * (size_t)L * sizeof *counts);
@@ -97,7 +97,7 @@ static kt_result segmented(kt__exec *ex, int K) {
 
 kt_result kt__allreduce_hierarchical(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm, *local = c->local, *cross = c->cross;
+  kt__group *c = ex->group, *local = c->local, *cross = c->cross;
   int L = local->size, me = local->rank, S = c->shards;
   size_t es = kt_dtype_size(op->dtype), n = op->count;
   char *out = op->recvbuf;

@@ -22,7 +22,7 @@ int kt__fold_pof2(int p) {
 
 kt_result kt__fold_in(kt__exec *ex, const char *in, char *buf, char *tmp, int *newrank) {
   const kt__op *op = ex->op;
-  int p = ex->comm->size, r = ex->comm->rank;
+  int p = ex->group->size, r = ex->group->rank;
   int rem = p - kt__fold_pof2(p);
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   if (r >= 2 * rem) {
@@ -45,7 +45,7 @@ kt_result kt__fold_in(kt__exec *ex, const char *in, char *buf, char *tmp, int *n
 
 kt_result kt__fold_out(kt__exec *ex, char *buf) {
   const kt__op *op = ex->op;
-  int p = ex->comm->size, r = ex->comm->rank;
+  int p = ex->group->size, r = ex->group->rank;
   if (r >= 2 * (p - kt__fold_pof2(p))) return KT_SUCCESS;
   kt__xfer x;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
@@ -57,7 +57,7 @@ kt_result kt__fold_out(kt__exec *ex, char *buf) {
 
 kt_result kt__allreduce_recursive_doubling(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int p = c->size, r = c->rank;
   size_t es = kt_dtype_size(op->dtype), bytes = op->count * es;
   char *buf = op->recvbuf;

@@ -14,7 +14,7 @@
 
 kt_result kt__allreduce_ring(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int p = c->size;
   size_t es = kt_dtype_size(op->dtype), n = op->count;
   const char *sb = op->sendbuf;

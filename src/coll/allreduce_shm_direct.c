@@ -29,7 +29,7 @@
  * every rank's output (dst), reduced in rank order a block at a time. */
 static void direct_share(kt__exec *ex, kt__reduce_fn reduce, char *const *src, char *const *dst) {
   const kt__op *op = ex->op;
-  int p = ex->comm->size, me = ex->comm->rank;
+  int p = ex->group->size, me = ex->group->rank;
   size_t es = kt_dtype_size(op->dtype), n = op->count;
   size_t align = 64 / es ? 64 / es : 1;
   size_t share = ((n + (size_t)p - 1) / (size_t)p + align - 1) / align * align;
@@ -52,7 +52,7 @@ static void direct_share(kt__exec *ex, kt__reduce_fn reduce, char *const *src, c
 kt_result kt__allreduce_shm_direct(kt__exec *ex, bool offered, void (*copy_in)(kt__exec *, void *), void *arg,
                                    bool *done) {
   const kt__op *op = ex->op;
-  int p = ex->comm->size, me = ex->comm->rank;
+  int p = ex->group->size, me = ex->group->rank;
   int offers = 0;
   for (int r = 0; r < p; r++) offers += kt__shm_direct_offered(ex, r);
   *done = false;

@@ -16,13 +16,13 @@
 
 static void copy_in(kt__exec *ex, void *par) {
   const kt__op *op = ex->op;
-  kt__copy_shared(kt__shm_region(ex->comm, ex->comm->rank, 0, *(int *)par), op->sendbuf,
+  kt__copy_shared(kt__shm_region(ex->group, ex->group->rank, 0, *(int *)par), op->sendbuf,
                   op->count * kt_dtype_size(op->dtype));
 }
 
 kt_result kt__allreduce_shm_oneshot(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int p = c->size;
   size_t n = op->count, bytes = n * kt_dtype_size(op->dtype);
   if (bytes > kt__shm_region_bytes(c))

@@ -24,7 +24,7 @@
 /* Copy the parts of elements [base, base + len) of my input that the other
  * ranks reduce (shares of share elements) into my in region of parity par. */
 static void copy_in(kt__exec *ex, int par, size_t base, size_t len, size_t share) {
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   size_t es = kt_dtype_size(ex->op->dtype);
   const char *in = ex->op->sendbuf;
   char *mine = kt__shm_region(c, c->rank, 0, par);
@@ -46,7 +46,7 @@ static void copy_first(kt__exec *ex, void *arg) {
 
 kt_result kt__allreduce_shm_rsag(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int p = c->size, me = c->rank;
   size_t es = kt_dtype_size(op->dtype), n = op->count;
   const char *in = op->sendbuf;

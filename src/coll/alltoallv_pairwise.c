@@ -12,7 +12,7 @@
 
 kt_result kt__alltoallv_pairwise(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int p = c->size, r = c->rank;
   size_t es = kt_dtype_size(op->dtype);
   bool v = op->coll == KT_COLL_ALLTOALLV;

@@ -7,7 +7,7 @@
 #include "coll.h"
 
 kt_result kt__barrier_dissemination(kt__exec *ex) {
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int p = c->size, r = c->rank;
   uint32_t round = 0;
   for (int d = 1; d < p; d <<= 1, round++)

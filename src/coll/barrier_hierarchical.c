@@ -11,7 +11,7 @@
 #include "coll.h"
 
 kt_result kt__barrier_hierarchical(kt__exec *ex) {
-  struct kt_comm_s *c = ex->comm, *local = c->local;
+  kt__group *c = ex->group, *local = c->local;
   kt__op b = {.coll = KT_COLL_BARRIER, .dtype = KT_UINT8};
   if (local->size > 1) KT_CHECK(kt__hier_phase(ex, local, &b, "intra-host barrier (arrival)"));
   if (local->rank == 0) {

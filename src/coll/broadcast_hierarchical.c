@@ -28,7 +28,7 @@
  * host while j + 1 crosses. */
 static kt_result segmented(kt__exec *ex, int K) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm, *local = c->local, *cross = c->cross;
+  kt__group *c = ex->group, *local = c->local, *cross = c->cross;
   const kt__hosts *hs = c->hosts;
   int L = local->size, me = local->rank, S = c->shards;
   int root_host = hs->of[op->root];
@@ -74,7 +74,7 @@ static kt_result segmented(kt__exec *ex, int K) {
 
 kt_result kt__broadcast_hierarchical(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm, *local = c->local, *cross = c->cross;
+  kt__group *c = ex->group, *local = c->local, *cross = c->cross;
   const kt__hosts *hs = c->hosts;
   int L = local->size, me = local->rank, S = c->shards;
   int root_host = hs->of[op->root];

@@ -12,7 +12,7 @@
 
 kt_result kt__broadcast_shm(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int root = op->root;
   size_t bytes = op->count * kt_dtype_size(op->dtype), chunk = kt__shm_region_bytes(c);
   bool is_root = c->rank == root;

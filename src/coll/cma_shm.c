@@ -56,7 +56,7 @@ static kt_result publish_writable(kt__exec *ex, void *buf, int *par, uint64_t *s
 }
 
 static kt_result check_permit(kt__exec *ex, int r, int par, uint64_t step) {
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   if (kt__shm_get_aux2(ex, r, par) == permit(step)) return KT_SUCCESS;
   return kt__err(KT_ERR_MISMATCH,
                  "rank %d: rank %d does not run the single-copy %s with it (its buffer was not offered for "
@@ -67,7 +67,7 @@ static kt_result check_permit(kt__exec *ex, int r, int par, uint64_t step) {
 /* Block r of out (bytes each) from byte `from` of rank r's published buffer;
  * this rank's own from own. */
 static kt_result read_blocks(kt__exec *ex, int par, uint64_t from, const char *own, size_t bytes) {
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   char *out = ex->op->recvbuf;
   for (int r = 0; r < c->size; r++) {
     char *dst = out + (size_t)r * bytes;
@@ -85,7 +85,7 @@ static kt_result read_blocks(kt__exec *ex, int par, uint64_t from, const char *o
 
 kt_result kt__broadcast_shm_cma(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int me = c->rank, root = op->root;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   bool done;
@@ -121,7 +121,7 @@ kt_result kt__broadcast_shm_cma(kt__exec *ex) {
 
 kt_result kt__scatter_shm_cma(kt__exec *ex) {
   const kt__op *op = ex->op;
-  int me = ex->comm->rank, root = op->root;
+  int me = ex->group->rank, root = op->root;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   bool done;
   kt_result res = begin(ex, kt__scatter_shm, &done);
@@ -144,7 +144,7 @@ kt_result kt__scatter_shm_cma(kt__exec *ex) {
  * once, where a root that read them would copy them all itself. */
 kt_result kt__gather_shm_cma(kt__exec *ex) {
   const kt__op *op = ex->op;
-  int me = ex->comm->rank, root = op->root;
+  int me = ex->group->rank, root = op->root;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   bool done;
   kt_result res = begin(ex, kt__gather_shm, &done);
@@ -181,7 +181,7 @@ kt_result kt__allgather_shm_cma(kt__exec *ex) {
 
 kt_result kt__alltoall_shm_cma(kt__exec *ex) {
   const kt__op *op = ex->op;
-  int me = ex->comm->rank;
+  int me = ex->group->rank;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   bool done;
   kt_result res = begin(ex, kt__alltoallv_shm, &done);

@@ -1,18 +1,32 @@
 /* coll.h - collective algorithms and their selection.
  *
- * Every algorithm has the same signature: it runs ex->op on ex->comm and
+ * Every algorithm has the same signature: it runs ex->op on ex->group and
  * returns a kt_result. Each lives in its own file, opened by a comment giving
  * the algorithm, its restrictions and its cost. tuner.c decides which runs. */
 #ifndef KT_COLL_H
 #define KT_COLL_H
 
-#include "comm.h"
 #include "reduce/reduce.h"
 #include "transport/transport.h"
 
 #include <string.h>
 
 typedef kt_result (*kt__algo_fn)(kt__exec *ex);
+
+/* How a hierarchical algorithm runs the phases of its op on the groups of
+ * child communicators without calling up into core, which lends these
+ * through the op's context (ex->phases, core/execute.c): run one now on this
+ * thread (a phase, with the parent's deadline; it takes the child's next op
+ * number), or issue one to a child's progress thread, wait for it (watching
+ * the parent's peers: kt__wait_watching) or for its end after stopping the
+ * child (a failure). */
+typedef struct kt__phases {
+  kt_result (*run)(kt__group *child, kt__op *op, kt__exec *parent);
+  kt_result (*issue)(kt__group *child, kt__op *op, kt_request *req_out);
+  kt_result (*wait_watching)(kt_request req, kt__exec *ex, const char *what, bool *consumed);
+  kt_result (*wait)(kt_request req);
+  void (*stop)(kt__group *child, kt_result r);
+} kt__phases;
 
 /* Algorithms (src/coll/<coll>_<name>.c). */
 KT_INTERNAL kt_result kt__allreduce_ring(kt__exec *ex);
@@ -32,11 +46,11 @@ typedef struct kt__algo {
 /* The algorithm that runs op on c (the tuner's choice, KAITIAN_ALGO
  * included; a phase of a hierarchical op takes the tuner's own pick and is
  * not counted in kt__algos_run); NULL when none can run it. */
-KT_INTERNAL const kt__algo *kt__algo_pick(struct kt_comm_s *c, const kt__op *op, bool phase);
+KT_INTERNAL const kt__algo *kt__algo_pick(kt__group *c, const kt__op *op, bool phase);
 
 /* The communicator's scratch buffer of at least n bytes (scratch.c): grown
  * on demand, valid until the next call; NULL (error set) when out of memory. */
-KT_INTERNAL void *kt__scratch(struct kt_comm_s *c, size_t n);
+KT_INTERNAL void *kt__scratch(kt__group *c, size_t n);
 
 KT_INTERNAL kt_result kt__allgatherv_ring(kt__exec *ex);   /* allgather too */
 KT_INTERNAL kt_result kt__reduce_scatter_ring(kt__exec *ex);
@@ -90,13 +104,13 @@ KT_INTERNAL kt_result kt__barrier_hierarchical(kt__exec *ex);
 /* Run op as a phase of ex's op on child (c->local or c->cross), within the
  * parent's deadline; `partial` is set (AVG only sums) and the error text says
  * which phase failed, or names a dead peer by its rank in the parent. */
-KT_INTERNAL kt_result kt__hier_phase(kt__exec *ex, struct kt_comm_s *child, kt__op *op, const char *what);
+KT_INTERNAL kt_result kt__hier_phase(kt__exec *ex, kt__group *child, kt__op *op, const char *what);
 /* n elements cut into S shards for the L ranks of a host (S <= L): local
  * rank r < S holds counts[r] elements at displs[r] (they differ by at most
  * one), the others none (at the end). */
 KT_INTERNAL void kt__hier_shards(size_t n, int S, int L, size_t *counts, size_t *displs);
 /* The rank in c->cross of its member on host (c->hosts numbering). */
-KT_INTERNAL int kt__hier_cross_rank(const struct kt_comm_s *c, int host);
+KT_INTERNAL int kt__hier_cross_rank(const kt__group *c, int host);
 
 /* Segments (docs/algorithms.md, "Segments"): how many a hierarchical op of
  * bytes on c cuts its message into (KAITIAN_HIER_SEGMENT_BYTES; at most
@@ -105,7 +119,7 @@ KT_INTERNAL int kt__hier_cross_rank(const struct kt_comm_s *c, int host);
  * were measured at KT_FAST_LINK_BPUS or more); 1: none. The same on
  * every rank for the same op (c->link_bpus is agreed). */
 #define KT_HIER_MAX_SEGMENTS 16
-KT_INTERNAL int kt__hier_segments(const struct kt_comm_s *c, size_t bytes, size_t most_pieces);
+KT_INTERNAL int kt__hier_segments(const kt__group *c, size_t bytes, size_t most_pieces);
 /* Piece j of k of count elements: [*lo, *hi). */
 static inline void kt__hier_piece(size_t count, int k, int j, size_t *lo, size_t *hi) {
   *lo = count / (size_t)k * (size_t)j + KT_MIN((size_t)j, count % (size_t)k);
@@ -148,10 +162,10 @@ KT_INTERNAL kt_result kt__fold_out(kt__exec *ex, char *buf);
  * tests: coll_test --algo checks that a forced run (KAITIAN_ALGO) ran the
  * algorithm it names and no other, since the tuner falls back to its own
  * pick when the forced one cannot run a call. */
-KT_INTERNAL const char *kt__algos_run(struct kt_comm_s *c, const char *coll, char *buf, size_t cap);
+KT_INTERNAL const char *kt__algos_run(kt__group *c, const char *coll, char *buf, size_t cap);
 /* The algorithm the tuner would run for this call on c (KAITIAN_ALGO
  * included), without running it: kaitian bench --thresholds. */
-KT_INTERNAL const char *kt__algo_for(struct kt_comm_s *c, kt__coll coll, const void *sendbuf, void *recvbuf,
+KT_INTERNAL const char *kt__algo_for(kt__group *c, kt__coll coll, const void *sendbuf, void *recvbuf,
                                      size_t count, kt_dtype dtype, kt_op op, int root);
 
 /* Ring steps shared by allreduce, reduce_scatter and allgather (ring.c).
@@ -221,8 +235,8 @@ static inline bool kt__stream_output_ex(const kt__exec *ex, size_t total_bytes) 
   if (kt__stream_output(total_bytes)) return true;
   const kt__exec *top = ex->parent;
   if (!top) return false;
-  size_t writers = top->op->coll == KT_COLL_REDUCE ? 1 : (size_t)ex->comm->size; /* a reduce: the root */
-  return kt__stream_output(kt__op_result_bytes(top->op, top->comm->size) * writers);
+  size_t writers = top->op->coll == KT_COLL_REDUCE ? 1 : (size_t)ex->group->size; /* a reduce: the root */
+  return kt__stream_output(kt__op_result_bytes(top->op, top->group->size) * writers);
 }
 /* memcpy, or kt__copy_stream when stream. */
 static inline void kt__copy_out(bool stream, void *dst, const void *src, size_t n) {

@@ -14,8 +14,7 @@
  * parent (kt__net_stuck). On failure the parent breaks (run_op), which breaks
  * the children with the parent's message; a peer that died is named by its
  * rank in the parent when the parent's own sockets show it. */
-kt_result kt__hier_phase(kt__exec *ex, struct kt_comm_s *child, kt__op *op, const char *what) {
-  op->seq = ++child->issued;
+kt_result kt__hier_phase(kt__exec *ex, kt__group *child, kt__op *op, const char *what) {
   op->partial = true;
   kt_result r = ex->phases->run(child, op, ex);
   if (r == KT_SUCCESS) return KT_SUCCESS;
@@ -43,14 +42,14 @@ void kt__hier_narrow(const size_t *counts, const size_t *displs, int n, int k, i
   }
 }
 
-int kt__hier_cross_rank(const struct kt_comm_s *c, int host) {
-  const struct kt_comm_s *x = c->cross;
+int kt__hier_cross_rank(const kt__group *c, int host) {
+  const kt__group *x = c->cross;
   for (int i = 0; i < x->size; i++)
     if (c->hosts->of[x->label[i]] == host) return i;
   return -1; /* not reached: cross has one rank of every host */
 }
 
-int kt__hier_segments(const struct kt_comm_s *c, size_t bytes, size_t most_pieces) {
+int kt__hier_segments(const kt__group *c, size_t bytes, size_t most_pieces) {
   size_t seg = (size_t)KT_MAX(kt__param_HIER_SEGMENT_BYTES(), 0);
   if (seg == 0) return 1;
   /* Segments overlap the links' time with the hosts' shared-memory phases,
@@ -71,7 +70,7 @@ kt_result kt__xpipe_issue(kt__exec *ex, kt__xpipe *xp, kt__op *op) {
     return kt__err(KT_ERR_INTERNAL, "too many inter-host phases in flight");
   }
   op->partial = true;
-  kt_result r = ex->phases->issue(ex->comm->cross, op, &xp->req[xp->issued]);
+  kt_result r = ex->phases->issue(ex->group->cross, op, &xp->req[xp->issued]);
   if (r == KT_SUCCESS) xp->issued++;
   return r;
 }
@@ -108,7 +107,7 @@ kt_result kt__xpipe_end(kt__exec *ex, kt__xpipe *xp, kt_result r) {
    * the buffers. */
   char msg[1024];
   kt__error_copy(msg, sizeof msg);
-  ex->phases->stop(ex->comm->cross, r != KT_SUCCESS ? r : KT_ERR_INTERNAL);
+  ex->phases->stop(ex->group->cross, r != KT_SUCCESS ? r : KT_ERR_INTERNAL);
   for (; xp->waited < xp->issued; xp->waited++) (void)ex->phases->wait(xp->req[xp->waited]);
   kt__error_set_text(msg);
   return r != KT_SUCCESS ? r : kt__err(KT_ERR_INTERNAL, "inter-host phases left unwaited");

@@ -23,7 +23,7 @@
  * recvbuf: this rank's from mine, the others' from their lines. */
 static kt_result reduce_all(kt__exec *ex, size_t n, size_t bytes, const void *mine) {
   const kt__op *op = ex->op;
-  int me = ex->comm->rank;
+  int me = ex->group->rank;
   _Alignas(64) unsigned char tmp[KT_SHM_LL_MAX], own[KT_SHM_LL_MAX];
   if (mine == op->recvbuf && me != 0) { /* in place: recvbuf takes rank 0's first */
     kt__copy(own, mine, bytes);
@@ -32,11 +32,11 @@ static kt_result reduce_all(kt__exec *ex, size_t n, size_t bytes, const void *mi
   kt__reduce_fn reduce = kt__reduce_kernel(op->dtype, op->op);
   if (me != 0) KT_CHECK(kt__shm_ll_read(ex, 0, 0, op->recvbuf, bytes));
   else if (mine != op->recvbuf) kt__copy(op->recvbuf, mine, bytes);
-  for (int r = 1; r < ex->comm->size; r++) {
+  for (int r = 1; r < ex->group->size; r++) {
     if (r != me) KT_CHECK(kt__shm_ll_read(ex, r, 0, tmp, bytes));
     reduce(op->recvbuf, op->recvbuf, r == me ? mine : tmp, n);
   }
-  kt__op_finalize(op, op->recvbuf, n, ex->comm->size);
+  kt__op_finalize(op, op->recvbuf, n, ex->group->size);
   return KT_SUCCESS;
 }
 
@@ -54,7 +54,7 @@ static __attribute__((noinline)) kt_result post_gathered(kt__exec *ex, const cha
  * order (a reader r != skip finds its own at other_at(r, skip)), gathered
  * where they are not contiguous. */
 static kt_result post_others(kt__exec *ex, const char *in, size_t bytes, int skip) {
-  int p = ex->comm->size;
+  int p = ex->group->size;
   size_t before = (size_t)skip * bytes, after = (size_t)(p - 1 - skip) * bytes;
   if (before + after > KT_SHM_LL_MAX)
     return kt__err(KT_ERR_INTERNAL, "%s of %zu bytes per rank does not fit the small-message lines",
@@ -79,7 +79,7 @@ kt_result kt__allreduce_shm_ll(kt__exec *ex) {
 
 kt_result kt__reduce_shm_ll(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   size_t n = op->count, bytes = n * kt_dtype_size(op->dtype);
   bool is_root = c->rank == op->root;
   kt__shm_op_begin(ex);
@@ -93,7 +93,7 @@ kt_result kt__reduce_shm_ll(kt__exec *ex) {
  * reduces its own block, in rank order. */
 kt_result kt__reduce_scatter_shm_ll(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int me = c->rank;
   size_t n = op->count, bytes = n * kt_dtype_size(op->dtype);
   const char *in = op->sendbuf;
@@ -117,7 +117,7 @@ kt_result kt__reduce_scatter_shm_ll(kt__exec *ex) {
 
 kt_result kt__broadcast_shm_ll(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   bool is_root = c->rank == op->root;
   kt__shm_op_begin(ex);
@@ -131,9 +131,9 @@ kt_result kt__broadcast_shm_ll(kt__exec *ex) {
 /* Every rank's block (bytes each) into out, in rank order: this rank's
  * from mine, the others' from their lines. */
 static kt_result read_blocks(kt__exec *ex, const void *mine, char *out, size_t bytes) {
-  for (int r = 0; r < ex->comm->size && bytes; r++) {
+  for (int r = 0; r < ex->group->size && bytes; r++) {
     char *dst = out + (size_t)r * bytes;
-    if (r != ex->comm->rank) KT_CHECK(kt__shm_ll_read(ex, r, 0, dst, bytes));
+    if (r != ex->group->rank) KT_CHECK(kt__shm_ll_read(ex, r, 0, dst, bytes));
     else if (mine != dst) kt__copy(dst, mine, bytes);
   }
   return KT_SUCCESS;
@@ -151,7 +151,7 @@ kt_result kt__allgather_shm_ll(kt__exec *ex) {
 /* Even blocks only (the tuner leaves the hierarchy's uneven ones to shm). */
 kt_result kt__gather_shm_ll(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   bool is_root = c->rank == op->root;
   kt__shm_op_begin(ex);
@@ -164,7 +164,7 @@ kt_result kt__gather_shm_ll(kt__exec *ex) {
  * which it copies itself. */
 kt_result kt__scatter_shm_ll(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   int root = op->root;
   bool is_root = c->rank == root;
@@ -183,7 +183,7 @@ kt_result kt__scatter_shm_ll(kt__exec *ex) {
  * own) and takes its block from each. */
 kt_result kt__alltoall_shm_ll(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int me = c->rank;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   const char *in = op->sendbuf;

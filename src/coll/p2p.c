@@ -12,7 +12,7 @@ static kt_result p2p_self(kt__exec *ex) {
   size_t es = kt_dtype_size(op->dtype);
   if (op->count != op->count2)
     return kt__err(KT_ERR_MISMATCH, "rank %d: sendrecv with itself sends %zu but receives %zu elements",
-                   ex->comm->rank, op->count, op->count2);
+                   ex->group->rank, op->count, op->count2);
   if (op->count && op->recvbuf != op->sendbuf) memmove(op->recvbuf, op->sendbuf, op->count * es);
   return KT_SUCCESS;
 }
@@ -25,7 +25,7 @@ kt_result kt__p2p_run(kt__exec *ex, kt__p2p_move_fn move) {
     case KT_COLL_SEND: return move(ex, op->root, op->sendbuf, op->count * es, -1, NULL, 0, tag);
     case KT_COLL_RECV: return move(ex, -1, NULL, 0, op->root, op->recvbuf, op->count * es, tag);
     case KT_COLL_SENDRECV:
-      if (op->root == ex->comm->rank) return p2p_self(ex);
+      if (op->root == ex->group->rank) return p2p_self(ex);
       return move(ex, op->root, op->sendbuf, op->count * es, op->peer2, op->recvbuf, op->count2 * es, tag);
     default: return kt__err(KT_ERR_INTERNAL, "point to point called for %s", kt__coll_name(op->coll));
   }

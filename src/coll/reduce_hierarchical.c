@@ -20,7 +20,7 @@
 
 kt_result kt__reduce_hierarchical(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm, *local = c->local, *cross = c->cross;
+  kt__group *c = ex->group, *local = c->local, *cross = c->cross;
   const kt__hosts *hs = c->hosts;
   int L = local->size, me = local->rank, S = c->shards;
   int root_host = hs->of[op->root];

@@ -16,7 +16,7 @@
 
 kt_result kt__reduce_scatter_shm(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int p = c->size, me = c->rank;
   size_t es = kt_dtype_size(op->dtype), n = op->count;
   const char *in = op->sendbuf;

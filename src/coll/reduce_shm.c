@@ -13,7 +13,7 @@
 void kt__shm_reduce_share(kt__exec *ex, kt__reduce_fn reduce, int par, size_t lo, size_t cnt,
                           const char *own, char *out, bool stream, char *res) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int p = c->size, me = c->rank;
   size_t es = kt_dtype_size(op->dtype);
   _Alignas(64) char blk[KT_SHM_BLOCK];
@@ -31,7 +31,7 @@ void kt__shm_reduce_share(kt__exec *ex, kt__reduce_fn reduce, int par, size_t lo
 
 kt_result kt__reduce_shm(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int p = c->size, me = c->rank;
   size_t es = kt_dtype_size(op->dtype), n = op->count;
   const char *in = op->sendbuf;

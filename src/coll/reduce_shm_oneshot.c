@@ -20,7 +20,7 @@
 
 kt_result kt__reduce_shm_oneshot(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int p = c->size, me = c->rank, root = op->root;
   size_t es = kt_dtype_size(op->dtype), n = op->count;
   size_t chunk = kt__shm_region_bytes(c) / es; /* elements per iteration */

@@ -16,7 +16,7 @@ size_t kt__chunk_bytes(kt_dtype dt) {
 
 kt_result kt__ring_run(kt__exec *ex, const kt__ring *rg) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int p = c->size, r = c->rank;
   int next = (r + 1) % p, prev = (r - 1 + p) % p;
   int steps = rg->rs_steps + rg->ag_steps;

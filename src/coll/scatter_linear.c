@@ -11,7 +11,7 @@
 
 kt_result kt__scatter_linear(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int p = c->size, r = c->rank, root = op->root;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   if (bytes == 0) return KT_SUCCESS;

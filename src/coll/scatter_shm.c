@@ -11,7 +11,7 @@
 
 kt_result kt__scatter_shm(kt__exec *ex) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   int p = c->size, me = c->rank, root = op->root;
   size_t bytes = op->count * kt_dtype_size(op->dtype);
   size_t win = kt__shm_region_bytes(c) / (size_t)p / 64 * 64;

@@ -4,7 +4,7 @@
 
 #include <stdlib.h>
 
-void *kt__scratch(struct kt_comm_s *c, size_t n) {
+void *kt__scratch(kt__group *c, size_t n) {
   if (n == 0) n = 1; /* always a valid pointer, even for empty work */
   if (n <= c->scratch_cap) return c->scratch;
   void *p = realloc(c->scratch, n);

@@ -164,19 +164,19 @@ static int ceil_log2(int p) {
  * the root's every block but its own; reduce_scatter and alltoall: every
  * block of each rank's input but its own). ll_fits: the op's does (barrier:
  * none); the hierarchy's uneven gathers and reduce-scatters stay with shm. */
-static size_t ll_room(const struct kt_comm_s *c, kt__coll coll) {
+static size_t ll_room(const kt__group *c, kt__coll coll) {
   bool whole = coll == KT_COLL_SCATTER || coll == KT_COLL_REDUCE_SCATTER || coll == KT_COLL_ALLTOALL;
   return KT_SHM_LL_MAX / (whole && c->size > 1 ? (size_t)c->size - 1 : 1);
 }
 
-static bool ll_fits(const struct kt_comm_s *c, const kt__op *op) {
+static bool ll_fits(const kt__group *c, const kt__op *op) {
   if (op->coll == KT_COLL_BARRIER) return true;
   return !op->counts && op->count * kt_dtype_size(op->dtype) <= ll_room(c, op->coll);
 }
 
 /* The single-copy algorithms: even blocks; alltoall with send and receive
  * buffers apart (the others read a rank's send buffer while it writes). */
-static bool cma_fits(const struct kt_comm_s *c, const kt__op *op) {
+static bool cma_fits(const kt__group *c, const kt__op *op) {
   if (op->counts) return false;
   if (op->coll != KT_COLL_ALLTOALL) return true;
   size_t all = op->count * kt_dtype_size(op->dtype) * (size_t)c->size;
@@ -184,7 +184,7 @@ static bool cma_fits(const struct kt_comm_s *c, const kt__op *op) {
   return s + all <= r || r + all <= s;
 }
 
-static bool can_run(struct kt_comm_s *c, const kt__op *op, const algo *a) {
+static bool can_run(kt__group *c, const kt__op *op, const algo *a) {
   /* Uneven blocks of reduce_scatter and gather (internal: phases of the
    * hierarchical algorithms): shm, and the ring for reduce_scatter. */
   if ((op->coll == KT_COLL_REDUCE_SCATTER || op->coll == KT_COLL_GATHER) && op->counts && a->needs != SHM &&
@@ -248,7 +248,7 @@ static const int64_t ll_two_ranks[KT_COLL_COUNT] = {
     [KT_COLL_ALLREDUCE] = 384, [KT_COLL_REDUCE] = 1536, [KT_COLL_BROADCAST] = 1536,
     [KT_COLL_ALLGATHER] = 256, [KT_COLL_REDUCE_SCATTER] = 256};
 
-static int64_t ll_limit(struct kt_comm_s *c, kt__coll coll) {
+static int64_t ll_limit(kt__group *c, kt__coll coll) {
   if (ll_set) return ll_bytes[coll];
   if (c->size == 2 && ll_two_ranks[coll] > 0 && !kt__shm_oversubscribed(c)) return ll_two_ranks[coll];
   bool all_wait = coll == KT_COLL_ALLREDUCE || coll == KT_COLL_ALLGATHER || coll == KT_COLL_REDUCE_SCATTER ||
@@ -271,7 +271,7 @@ static void init_tuner(void) {
     for (int k = 0; k < NPICKS; k++) pick_idx[cl][k] = find_algo((kt__coll)cl, pick_names[k]);
 }
 
-static int model_pick(struct kt_comm_s *c, const kt__op *op) {
+static int model_pick(kt__group *c, const kt__op *op) {
   double n = (double)op->count * (double)kt_dtype_size(op->dtype);
   if (c->shm) { /* one host: shared memory for every collective */
     int64_t ll = ll_limit(c, op->coll);
@@ -345,7 +345,7 @@ static int model_pick(struct kt_comm_s *c, const kt__op *op) {
  * blocks, per collective, where nothing forces another algorithm. Over a
  * segment's life nothing they read changes (KAITIAN_* once per process, the
  * segment's oversubscription at its creation). */
-static void init_ll_cut(struct kt_comm_s *c) {
+static void init_ll_cut(kt__group *c) {
   for (int cl = 0; cl < KT_COLL_COUNT; cl++) {
     c->ll_cut[cl] = -1;
     if (!c->shm || forced[cl] >= 0 || pick_idx[cl][PICK_SHM_LL] < 0) continue;
@@ -359,7 +359,7 @@ static void init_ll_cut(struct kt_comm_s *c) {
 /* The small ops' pick without the model (its cost is a fair part of a
  * sub-microsecond op), inlined into kt__algo_pick, which asks pick() only when
  * this declines (-1). Returns an index into algos. */
-static inline int ll_pick(const struct kt_comm_s *c, const kt__op *op) {
+static inline int ll_pick(const kt__group *c, const kt__op *op) {
   if (!c->ll_cut_set || op->counts || (int64_t)(op->count * kt_dtype_size(op->dtype)) > c->ll_cut[op->coll])
     return -1;
   return pick_idx[op->coll][PICK_SHM_LL];
@@ -368,7 +368,7 @@ static inline int ll_pick(const struct kt_comm_s *c, const kt__op *op) {
 /* The algorithm for op, an index into algos (-1: none can run it): the one
  * KAITIAN_ALGO forces (not for a phase), else the model's pick. A forced
  * one that cannot run the call is reported at INFO with what runs instead. */
-static int pick(struct kt_comm_s *c, const kt__op *op, bool phase) {
+static int pick(kt__group *c, const kt__op *op, bool phase) {
   pthread_once(&tuner_once, init_tuner);
   if (!c->ll_cut_set) init_ll_cut(c);
   int f = phase ? -1 : forced[op->coll];
@@ -394,7 +394,7 @@ static int pick(struct kt_comm_s *c, const kt__op *op, bool phase) {
  * checks that a forced run ran the algorithm it names and no other), and
  * at INFO say so the first time: which algorithms a job uses, at no cost
  * per op (the multi-host tests read these lines). */
-static inline void note_run(struct kt_comm_s *c, const kt__op *op, int a) {
+static inline void note_run(kt__group *c, const kt__op *op, int a) {
   _Static_assert(NALGOS <= 64, "one bit of algos_run per algorithm");
   uint64_t bit = (uint64_t)1 << a, run = atomic_load_explicit(&c->algos_run, memory_order_relaxed);
   if (KT_LIKELY(run & bit)) return;
@@ -403,7 +403,7 @@ static inline void note_run(struct kt_comm_s *c, const kt__op *op, int a) {
           kt__coll_name(op->coll), algos[a].name);
 }
 
-const char *kt__algos_run(struct kt_comm_s *c, const char *coll, char *buf, size_t cap) {
+const char *kt__algos_run(kt__group *c, const char *coll, char *buf, size_t cap) {
   uint64_t run = atomic_load_explicit(&c->algos_run, memory_order_relaxed);
   size_t n = 0;
   if (cap == 0) return buf;
@@ -417,7 +417,7 @@ const char *kt__algos_run(struct kt_comm_s *c, const char *coll, char *buf, size
   return buf;
 }
 
-const char *kt__algo_for(struct kt_comm_s *c, kt__coll coll, const void *sendbuf, void *recvbuf, size_t count,
+const char *kt__algo_for(kt__group *c, kt__coll coll, const void *sendbuf, void *recvbuf, size_t count,
                          kt_dtype dtype, kt_op op, int root) {
   kt__op o = {.coll = coll, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op,
               .root = root};
@@ -429,7 +429,7 @@ const char *kt__algo_for(struct kt_comm_s *c, kt__coll coll, const void *sendbuf
 /* The algorithm that runs op on c: the small ops' pick without the model,
  * else KAITIAN_ALGO's or the model's (pick); counted as run (note_run)
  * unless a phase. NULL when none can run it. Core executes it (execute.c). */
-const kt__algo *kt__algo_pick(struct kt_comm_s *c, const kt__op *op, bool phase) {
+const kt__algo *kt__algo_pick(kt__group *c, const kt__op *op, bool phase) {
   int a = ll_pick(c, op);
   if (a < 0) a = pick(c, op, phase);
   if (a < 0) return NULL;

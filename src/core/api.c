@@ -19,15 +19,15 @@ static kt_result check_comm(kt_comm c, const char *fn) {
 
 static kt_result check_dtype(kt_comm c, const char *fn, kt_dtype dt) {
   if ((unsigned)dt >= KT_NUM_DTYPES)
-    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown dtype %d", c->rank, fn, (int)dt);
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown dtype %d", c->g.rank, fn, (int)dt);
   return KT_SUCCESS;
 }
 
 static kt_result check_op(kt_comm c, const char *fn, kt_dtype dt, kt_op op) {
   if ((unsigned)op >= KT_NUM_OPS)
-    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown reduction op %d", c->rank, fn, (int)op);
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: unknown reduction op %d", c->g.rank, fn, (int)op);
   if (!kt__op_valid(dt, op))
-    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: op %s does not apply to dtype %s", c->rank,
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: op %s does not apply to dtype %s", c->g.rank,
                    fn, kt_op_name(op), kt_dtype_name(dt));
   return KT_SUCCESS;
 }
@@ -46,9 +46,9 @@ static __attribute__((noinline, cold)) kt_result bad_buf(kt_comm c, const char *
   size_t n, bytes;
   if (!kt__mul_ok(count, mult, &n) || !kt__mul_ok(n, kt_dtype_size(dt), &bytes) ||
       bytes > (size_t)PTRDIFF_MAX)
-    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s: count %zu x %zu of %s overflows", c->rank,
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s: count %zu x %zu of %s overflows", c->g.rank,
                    fn, what, count, mult, kt_dtype_name(dt));
-  return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s is NULL but holds %zu bytes", c->rank, fn,
+  return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s is NULL but holds %zu bytes", c->g.rank, fn,
                  what, bytes);
 }
 
@@ -61,7 +61,7 @@ static inline kt_result check_buf(kt_comm c, const char *fn, const char *what, c
 /* size x count elements of dt must be addressable (checked on every rank of
  * a rooted op, not only where the big buffer lives, so all ranks agree). */
 static kt_result check_total(kt_comm c, const char *fn, size_t count, kt_dtype dt) {
-  return check_buf(c, fn, "the root's buffer", "", count, (size_t)c->size, dt);
+  return check_buf(c, fn, "the root's buffer", "", count, (size_t)c->g.size, dt);
 }
 
 /* p + off bytes, where p may be NULL (then NULL: no arithmetic on it). */
@@ -80,19 +80,19 @@ static kt_result check_overlap(kt_comm c, const char *fn, const void *sb, size_t
   return kt__err(KT_ERR_INVALID_ARGUMENT,
                  "rank %d: %s: sendbuf (%zu bytes at %p) and recvbuf (%zu bytes at %p) overlap, and the call is "
                  "not in place (%s)",
-                 c->rank, fn, sbytes, sb, rbytes, rb, rule);
+                 c->g.rank, fn, sbytes, sb, rbytes, rb, rule);
 }
 
 static kt_result check_rank(kt_comm c, const char *fn, const char *what, int r) {
-  if (r < 0 || r >= c->size)
-    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s %d is out of range [0, %d)", c->rank, fn,
-                   what, r, c->size);
+  if (r < 0 || r >= c->g.size)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s %d is out of range [0, %d)", c->g.rank, fn,
+                   what, r, c->g.size);
   return KT_SUCCESS;
 }
 
 static kt_result check_req(kt_comm c, const char *fn, bool nonblocking, kt_request *req) {
   if (nonblocking && !req)
-    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: request pointer is NULL", c->rank, fn);
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: request pointer is NULL", c->g.rank, fn);
   return KT_SUCCESS;
 }
 
@@ -154,9 +154,9 @@ static kt_result broadcast(const void *sb, void *rb, size_t count, kt_dtype dt, 
   BEGIN(fn, nb);
   KT_CHECK(check_dtype(comm, fn, dt));
   KT_CHECK(check_rank(comm, fn, "root", root));
-  if (comm->rank == root) KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
+  if (comm->g.rank == root) KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
-  if (comm->rank == root) {
+  if (comm->g.rank == root) {
     size_t n = count * kt_dtype_size(dt);
     KT_CHECK(check_overlap(comm, fn, sb, n, rb, n, sb == rb, "sendbuf == recvbuf"));
   }
@@ -181,7 +181,7 @@ static kt_result reduce(const void *sb, void *rb, size_t count, kt_dtype dt, kt_
   KT_CHECK(check_op(comm, fn, dt, op));
   KT_CHECK(check_rank(comm, fn, "root", root));
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
-  if (comm->rank == root) {
+  if (comm->g.rank == root) {
     KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
     size_t n = count * kt_dtype_size(dt);
     KT_CHECK(check_overlap(comm, fn, sb, n, rb, n, sb == rb, "sendbuf == recvbuf"));
@@ -206,9 +206,9 @@ static kt_result allgather(const void *sb, void *rb, size_t count, kt_dtype dt, 
   BEGIN(fn, nb);
   KT_CHECK(check_dtype(comm, fn, dt));
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
-  KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, (size_t)comm->size, dt));
+  KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, (size_t)comm->g.size, dt));
   size_t n = count * kt_dtype_size(dt);
-  KT_CHECK(check_overlap(comm, fn, sb, n, rb, n * (size_t)comm->size, sb == at(rb, n * (size_t)comm->rank),
+  KT_CHECK(check_overlap(comm, fn, sb, n, rb, n * (size_t)comm->g.size, sb == at(rb, n * (size_t)comm->g.rank),
                          "sendbuf == recvbuf + rank x count"));
   kt__op o;
   op_init(&o, KT_COLL_ALLGATHER, sb, rb, count, dt, 0, 0);
@@ -225,27 +225,27 @@ kt_result kt_iallgather(const void *sb, void *rb, size_t n, kt_dtype dt, kt_comm
 static kt_result copy_counts(kt_comm c, const char *fn, const char *what, const size_t *counts,
                              const size_t *displs, kt_dtype dt, const void *buf, size_t **oc,
                              size_t **od) {
-  size_t p = (size_t)c->size, es = kt_dtype_size(dt);
+  size_t p = (size_t)c->g.size, es = kt_dtype_size(dt);
   if (!counts || !displs)
-    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s counts or displacements are NULL", c->rank, fn, what);
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s counts or displacements are NULL", c->g.rank, fn, what);
   bool any = false;
   for (size_t i = 0; i < p; i++) {
     size_t end, bytes;
     if (__builtin_add_overflow(counts[i], displs[i], &end) || !kt__mul_ok(end, es, &bytes) ||
         bytes > (size_t)PTRDIFF_MAX)
       return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s count %zu + displacement %zu for rank %zu overflows",
-                     c->rank, fn, what, counts[i], displs[i], i);
+                     c->g.rank, fn, what, counts[i], displs[i], i);
     any |= counts[i] > 0;
   }
   if (any && !buf)
-    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s buffer is NULL but counts are not all 0", c->rank, fn, what);
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s buffer is NULL but counts are not all 0", c->g.rank, fn, what);
   *oc = malloc(p * sizeof(size_t)); /* freed with the op */
   *od = malloc(p * sizeof(size_t));
   if (!*oc || !*od) {
     free(*oc);
     free(*od);
     *oc = *od = NULL;
-    return kt__err(KT_ERR_NO_MEMORY, "rank %d: %s: out of memory", c->rank, fn);
+    return kt__err(KT_ERR_NO_MEMORY, "rank %d: %s: out of memory", c->g.rank, fn);
   }
   memcpy(*oc, counts, p * sizeof(size_t));
   memcpy(*od, displs, p * sizeof(size_t));
@@ -279,16 +279,16 @@ static kt_result allgatherv(const void *sb, size_t sendcount, void *rb, const si
   kt__op o;
   op_init(&o, KT_COLL_ALLGATHERV, sb, rb, sendcount, dt, 0, 0);
   KT_CHECK(copy_counts(comm, fn, "receive", recvcounts, displs, dt, rb, &o.counts, &o.displs));
-  if (o.counts[comm->rank] != sendcount) {
-    size_t want = o.counts[comm->rank];
+  if (o.counts[comm->g.rank] != sendcount) {
+    size_t want = o.counts[comm->g.rank];
     free(o.counts);
     free(o.displs);
     return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: sendcount %zu differs from recvcounts[%d] = %zu",
-                   comm->rank, fn, sendcount, comm->rank, want);
+                   comm->g.rank, fn, sendcount, comm->g.rank, want);
   }
-  size_t es = kt_dtype_size(dt), from, span = v_span(o.counts, o.displs, comm->size, es, &from);
+  size_t es = kt_dtype_size(dt), from, span = v_span(o.counts, o.displs, comm->g.size, es, &from);
   kt_result r = check_overlap(comm, fn, sb, sendcount * es, at(rb, from), span,
-                              sendcount && sb == at(rb, o.displs[comm->rank] * es),
+                              sendcount && sb == at(rb, o.displs[comm->g.rank] * es),
                               "sendbuf == recvbuf + displs[rank]");
   if (r != KT_SUCCESS) {
     free(o.counts);
@@ -314,10 +314,10 @@ static kt_result reduce_scatter(const void *sb, void *rb, size_t count, kt_dtype
   BEGIN(fn, nb);
   KT_CHECK(check_dtype(comm, fn, dt));
   KT_CHECK(check_op(comm, fn, dt, op));
-  KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, (size_t)comm->size, dt));
+  KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, (size_t)comm->g.size, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
   size_t n = count * kt_dtype_size(dt);
-  KT_CHECK(check_overlap(comm, fn, sb, n * (size_t)comm->size, rb, n, rb == at(sb, n * (size_t)comm->rank),
+  KT_CHECK(check_overlap(comm, fn, sb, n * (size_t)comm->g.size, rb, n, rb == at(sb, n * (size_t)comm->g.rank),
                          "recvbuf == sendbuf + rank x recvcount"));
   kt__op o;
   op_init(&o, KT_COLL_REDUCE_SCATTER, sb, rb, count, dt, op, 0);
@@ -342,19 +342,19 @@ static kt_result reduce_scatterv(const void *sb, void *rb, const size_t *recvcou
   KT_CHECK(check_dtype(comm, fn, dt));
   KT_CHECK(check_op(comm, fn, dt, op));
   if (!recvcounts)
-    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: recvcounts is NULL", comm->rank, fn);
-  size_t p = (size_t)comm->size, total = 0, mine = 0;
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: recvcounts is NULL", comm->g.rank, fn);
+  size_t p = (size_t)comm->g.size, total = 0, mine = 0;
   size_t *displs = malloc(p * sizeof *displs); /* copied by copy_counts, freed here */
-  if (!displs) return kt__err(KT_ERR_NO_MEMORY, "rank %d: %s: out of memory", comm->rank, fn);
+  if (!displs) return kt__err(KT_ERR_NO_MEMORY, "rank %d: %s: out of memory", comm->g.rank, fn);
   for (size_t i = 0; i < p; i++) {
     displs[i] = total;
     if (__builtin_add_overflow(total, recvcounts[i], &total)) {
       free(displs);
       return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: the sum of recvcounts overflows at rank %zu",
-                     comm->rank, fn, i);
+                     comm->g.rank, fn, i);
     }
   }
-  mine = recvcounts[comm->rank];
+  mine = recvcounts[comm->g.rank];
   kt__op o;
   op_init(&o, KT_COLL_REDUCE_SCATTER, sb, rb, total, dt, op, 0);
   kt_result r = check_buf(comm, fn, "sendbuf", sb, total, 1, dt);
@@ -362,7 +362,7 @@ static kt_result reduce_scatterv(const void *sb, void *rb, const size_t *recvcou
   if (r == KT_SUCCESS) r = copy_counts(comm, fn, "receive", recvcounts, displs, dt, sb, &o.counts, &o.displs);
   size_t es = kt_dtype_size(dt);
   if (r == KT_SUCCESS)
-    r = check_overlap(comm, fn, sb, total * es, rb, mine * es, mine && rb == at(sb, displs[comm->rank] * es),
+    r = check_overlap(comm, fn, sb, total * es, rb, mine * es, mine && rb == at(sb, displs[comm->g.rank] * es),
                       "recvbuf == sendbuf + the counts before this rank's");
   free(displs);
   if (r != KT_SUCCESS) {
@@ -390,10 +390,10 @@ static kt_result gather(const void *sb, void *rb, size_t count, kt_dtype dt, int
   KT_CHECK(check_rank(comm, fn, "root", root));
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, 1, dt));
   KT_CHECK(check_total(comm, fn, count, dt));
-  if (comm->rank == root) {
-    KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, (size_t)comm->size, dt));
+  if (comm->g.rank == root) {
+    KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, (size_t)comm->g.size, dt));
     size_t n = count * kt_dtype_size(dt);
-    KT_CHECK(check_overlap(comm, fn, sb, n, rb, n * (size_t)comm->size, sb == at(rb, n * (size_t)root),
+    KT_CHECK(check_overlap(comm, fn, sb, n, rb, n * (size_t)comm->g.size, sb == at(rb, n * (size_t)root),
                            "sendbuf == recvbuf + root x count on the root"));
   }
   kt__op o;
@@ -414,11 +414,11 @@ static kt_result scatter(const void *sb, void *rb, size_t count, kt_dtype dt, in
   KT_CHECK(check_dtype(comm, fn, dt));
   KT_CHECK(check_rank(comm, fn, "root", root));
   KT_CHECK(check_total(comm, fn, count, dt));
-  if (comm->rank == root) KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, (size_t)comm->size, dt));
+  if (comm->g.rank == root) KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, (size_t)comm->g.size, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, 1, dt));
-  if (comm->rank == root) {
+  if (comm->g.rank == root) {
     size_t n = count * kt_dtype_size(dt);
-    KT_CHECK(check_overlap(comm, fn, sb, n * (size_t)comm->size, rb, n, rb == at(sb, n * (size_t)root),
+    KT_CHECK(check_overlap(comm, fn, sb, n * (size_t)comm->g.size, rb, n, rb == at(sb, n * (size_t)root),
                            "recvbuf == sendbuf + root x count on the root"));
   }
   kt__op o;
@@ -439,9 +439,9 @@ static kt_result alltoall(const void *sb, void *rb, size_t count, kt_dtype dt, k
   const char *fn = nb ? "kt_ialltoall" : "kt_alltoall";
   BEGIN(fn, nb);
   KT_CHECK(check_dtype(comm, fn, dt));
-  KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, (size_t)comm->size, dt));
-  KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, (size_t)comm->size, dt));
-  size_t n = count * kt_dtype_size(dt) * (size_t)comm->size;
+  KT_CHECK(check_buf(comm, fn, "sendbuf", sb, count, (size_t)comm->g.size, dt));
+  KT_CHECK(check_buf(comm, fn, "recvbuf", rb, count, (size_t)comm->g.size, dt));
+  size_t n = count * kt_dtype_size(dt) * (size_t)comm->g.size;
   KT_CHECK(check_overlap(comm, fn, sb, n, rb, n, sb == rb, "sendbuf == recvbuf"));
   kt__op o;
   op_init(&o, KT_COLL_ALLTOALL, sb, rb, count, dt, 0, 0);
@@ -465,11 +465,11 @@ static kt_result alltoallv(const void *sb, const size_t *sc, const size_t *sd, v
   kt_result r = copy_counts(comm, fn, "receive", rc, rd, dt, rb, &o.counts2, &o.displs2);
   if (r == KT_SUCCESS && sb && sb == rb) {
     r = kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: in-place alltoallv is not supported (sendbuf == recvbuf)",
-                comm->rank, fn);
+                comm->g.rank, fn);
   }
   if (r == KT_SUCCESS) {
-    size_t es = kt_dtype_size(dt), sfrom, rfrom, sspan = v_span(o.counts, o.displs, comm->size, es, &sfrom),
-                                      rspan = v_span(o.counts2, o.displs2, comm->size, es, &rfrom);
+    size_t es = kt_dtype_size(dt), sfrom, rfrom, sspan = v_span(o.counts, o.displs, comm->g.size, es, &sfrom),
+                                      rspan = v_span(o.counts2, o.displs2, comm->g.size, es, &rfrom);
     r = check_overlap(comm, fn, at(sb, sfrom), sspan, at(rb, rfrom), rspan, false,
                       "in-place alltoallv is not supported");
   }
@@ -511,9 +511,9 @@ static kt_result p2p(kt__coll coll, const void *sbuf, void *rbuf, size_t count, 
   BEGIN(fn, nb);
   KT_CHECK(check_dtype(comm, fn, dt));
   KT_CHECK(check_rank(comm, fn, "peer", peer));
-  if (peer == comm->rank)
-    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: peer is this rank (use a local copy)", comm->rank, fn);
-  if (tag < 0) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: tag %d is negative", comm->rank, fn, tag);
+  if (peer == comm->g.rank)
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: peer is this rank (use a local copy)", comm->g.rank, fn);
+  if (tag < 0) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: tag %d is negative", comm->g.rank, fn, tag);
   KT_CHECK(check_buf(comm, fn, "buf", coll == KT_COLL_SEND ? sbuf : rbuf, count, 1, dt));
   kt__op o;
   op_init(&o, coll, sbuf, rbuf, count, dt, 0, peer);
@@ -541,10 +541,10 @@ kt_result kt_sendrecv(const void *sb, size_t sc, int dst, void *rb, size_t rc, i
   KT_CHECK(check_dtype(comm, fn, dt));
   KT_CHECK(check_rank(comm, fn, "dst", dst));
   KT_CHECK(check_rank(comm, fn, "src", src));
-  if (tag < 0) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: tag %d is negative", comm->rank, fn, tag);
-  if ((dst == comm->rank) != (src == comm->rank))
+  if (tag < 0) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: tag %d is negative", comm->g.rank, fn, tag);
+  if ((dst == comm->g.rank) != (src == comm->g.rank))
     return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s: dst %d and src %d must both or neither be this rank",
-                   comm->rank, fn, dst, src);
+                   comm->g.rank, fn, dst, src);
   KT_CHECK(check_buf(comm, fn, "sendbuf", sb, sc, 1, dt));
   KT_CHECK(check_buf(comm, fn, "recvbuf", rb, rc, 1, dt));
   KT_CHECK(check_overlap(comm, fn, sb, sc * kt_dtype_size(dt), rb, rc * kt_dtype_size(dt), false,

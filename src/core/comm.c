@@ -24,13 +24,13 @@ static void comm_fail_msg(struct kt_comm_s *c, kt_result r, const char *msg) {
   }
   pthread_mutex_unlock(&c->mu);
   if (first) {
-    if (!c->label) KT_WARN("communicator of rank %d/%d failed: %s: %s", c->rank, c->size, kt_strerror(r), msg);
-    kt__shm_fail(c, r, msg);
-    kt__tcp_broadcast_abort(c, msg); /* msg starts with "rank N:" */
+    if (!c->g.label) KT_WARN("communicator of rank %d/%d failed: %s: %s", c->g.rank, c->g.size, kt_strerror(r), msg);
+    kt__shm_fail(&c->g, r, msg);
+    kt__tcp_broadcast_abort(&c->g, r, msg); /* msg starts with "rank N:" */
   }
   /* Peers waiting in a phase of a hierarchical op wait on the children. */
-  if (c->local) comm_fail_msg(c->local, r, msg);
-  if (c->cross) comm_fail_msg(c->cross, r, msg);
+  if (c->g.local) comm_fail_msg(kt__comm_of(c->g.local), r, msg);
+  if (c->g.cross) comm_fail_msg(kt__comm_of(c->g.cross), r, msg);
 }
 
 void kt__comm_fail(struct kt_comm_s *c, kt_result r) {
@@ -44,44 +44,44 @@ static kt_result comm_alloc(int rank, int size, int64_t timeout_ms, const char *
                             struct kt_comm_s **out) {
   struct kt_comm_s *c = kt__calloc(1, sizeof *c);
   if (!c) return KT_ERR_NO_MEMORY;
-  c->rank = rank;
-  c->size = size;
-  c->timeout_ms = timeout_ms > 0 ? timeout_ms : kt__param_TIMEOUT();
-  snprintf(c->prefix, sizeof c->prefix, "%s", prefix);
-  c->abort_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  c->peer_host = kt__calloc((size_t)size, sizeof *c->peer_host);
-  c->peer_pid = kt__calloc((size_t)size, sizeof *c->peer_pid);
-  if (c->abort_fd < 0 || !c->peer_host || !c->peer_pid) {
-    kt_result r = c->abort_fd < 0 ? kt__err(KT_ERR_SYSTEM, "eventfd: %s", strerror(errno))
+  c->g.rank = rank;
+  c->g.size = size;
+  c->g.timeout_ms = timeout_ms > 0 ? timeout_ms : kt__param_TIMEOUT();
+  snprintf(c->g.prefix, sizeof c->g.prefix, "%s", prefix);
+  c->g.abort_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  c->g.peer_host = kt__calloc((size_t)size, sizeof *c->g.peer_host);
+  c->g.peer_pid = kt__calloc((size_t)size, sizeof *c->g.peer_pid);
+  if (c->g.abort_fd < 0 || !c->g.peer_host || !c->g.peer_pid) {
+    kt_result r = c->g.abort_fd < 0 ? kt__err(KT_ERR_SYSTEM, "eventfd: %s", strerror(errno))
                                   : KT_ERR_NO_MEMORY;
-    if (c->abort_fd >= 0) close(c->abort_fd);
-    free(c->peer_host);
-    free(c->peer_pid);
+    if (c->g.abort_fd >= 0) close(c->g.abort_fd);
+    free(c->g.peer_host);
+    free(c->g.peer_pid);
     free(c);
     return r;
   }
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
-  gethostname(c->peer_host[rank], sizeof c->peer_host[rank]);
-  c->peer_host[rank][sizeof c->peer_host[rank] - 1] = '\0';
-  c->peer_pid[rank] = (int)getpid();
+  gethostname(c->g.peer_host[rank], sizeof c->g.peer_host[rank]);
+  c->g.peer_host[rank][sizeof c->g.peer_host[rank] - 1] = '\0';
+  c->g.peer_pid[rank] = (int)getpid();
   *out = c;
   return KT_SUCCESS;
 }
 
 static void comm_free(struct kt_comm_s *c) {
-  if (c->local) kt_comm_destroy(c->local);
-  if (c->cross) kt_comm_destroy(c->cross);
-  free(c->label);
-  free(c->hosts);
-  kt__shm_close(c);
-  kt__tcp_close(c, false);
-  if (c->abort_fd >= 0) close(c->abort_fd);
+  if (c->g.local) kt_comm_destroy(kt__comm_of(c->g.local));
+  if (c->g.cross) kt_comm_destroy(kt__comm_of(c->g.cross));
+  free(c->g.label);
+  free(c->g.hosts);
+  kt__shm_close(&c->g);
+  kt__tcp_close(&c->g, false);
+  if (c->g.abort_fd >= 0) close(c->g.abort_fd);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
-  free(c->peer_host);
-  free(c->peer_pid);
-  free(c->scratch);
+  free(c->g.peer_host);
+  free(c->g.peer_pid);
+  free(c->g.scratch);
   free(c);
 }
 
@@ -91,7 +91,7 @@ static kt_result comm_split(kt_comm comm, int color, int key, int share, kt_comm
 /* c->hosts from each rank's host (hostof, numbered by lowest rank), for the
  * hierarchical algorithms. One allocation, freed with c. */
 static kt_result hosts_build(struct kt_comm_s *c, const int *hostof, int nhosts) {
-  size_t n = (size_t)c->size;
+  size_t n = (size_t)c->g.size;
   kt__hosts *t = kt__calloc(1, sizeof *t + (3 * n + (size_t)nhosts + 1) * sizeof(int));
   if (!t) return KT_ERR_NO_MEMORY;
   t->n = nhosts;
@@ -106,7 +106,7 @@ static kt_result hosts_build(struct kt_comm_s *c, const int *hostof, int nhosts)
   }
   for (int h = 0; h < nhosts; h++) t->first[h + 1] = t->first[h] + seen[h];
   for (size_t j = 0; j < n; j++) t->rank[t->first[hostof[j]] + t->idx[j]] = (int)j;
-  c->hosts = t;
+  c->g.hosts = t;
   return KT_SUCCESS;
 }
 
@@ -126,7 +126,7 @@ static int number_hosts(const kt__tcp_addr *all, int n, int *hostof) {
  * rank computes the same layout from the addresses, so every rank splits. */
 static kt_result setup_hierarchy(struct kt_comm_s *c, const kt__tcp_addr *all) {
   kt_result res = KT_SUCCESS;
-  int n = c->size, nhosts = 0, host = -1, lrank = -1, L = -1;
+  int n = c->g.size, nhosts = 0, host = -1, lrank = -1, L = -1;
   int *hostof = kt__calloc((size_t)n, sizeof *hostof); /* freed at exit */
   int *count = kt__calloc((size_t)n, sizeof *count);
   if (!hostof || !count) {
@@ -135,7 +135,7 @@ static kt_result setup_hierarchy(struct kt_comm_s *c, const kt__tcp_addr *all) {
   }
   nhosts = number_hosts(all, n, hostof);
   for (int j = 0; j < n; j++) {
-    if (j == c->rank) {
+    if (j == c->g.rank) {
       host = hostof[j];
       lrank = count[host];
     }
@@ -150,14 +150,18 @@ static kt_result setup_hierarchy(struct kt_comm_s *c, const kt__tcp_addr *all) {
   }
   if (most < 2) goto exit; /* one rank per host: TCP only */
   L = count[host];
-  KT_CHECK_GOTO(kt_comm_split(c, host, c->rank, &c->local), res, exit);
+  struct kt_comm_s *child = NULL;
+  KT_CHECK_GOTO(kt_comm_split(c, host, c->g.rank, &child), res, exit);
+  c->g.local = &child->g;
   /* The S cross communicators run at once between the same hosts: they share
    * KAITIAN_NSOCKS connections per pair of hosts (S parallel streams already
    * keep a link busy; more compete for it). */
-  KT_CHECK_GOTO(comm_split(c, lrank < S ? lrank : KT_SPLIT_NOCOLOR, c->rank, S, &c->cross), res, exit);
-  c->shards = S;
-  c->local->label = kt__calloc((size_t)L, sizeof *c->local->label);
-  if (!c->local->label || (c->cross && !(c->cross->label = kt__calloc((size_t)nhosts, sizeof *c->cross->label)))) {
+  child = NULL;
+  KT_CHECK_GOTO(comm_split(c, lrank < S ? lrank : KT_SPLIT_NOCOLOR, c->g.rank, S, &child), res, exit);
+  c->g.cross = child ? &child->g : NULL;
+  c->g.shards = S;
+  c->g.local->label = kt__calloc((size_t)L, sizeof *c->g.local->label);
+  if (!c->g.local->label || (c->g.cross && !(c->g.cross->label = kt__calloc((size_t)nhosts, sizeof *c->g.cross->label)))) {
     res = KT_ERR_NO_MEMORY;
     goto exit;
   }
@@ -165,17 +169,17 @@ static kt_result setup_hierarchy(struct kt_comm_s *c, const kt__tcp_addr *all) {
    * the ranks of my host, and the ranks with my local index on their host. */
   for (int h = 0; h < nhosts; h++) count[h] = 0;
   for (int j = 0, nl = 0, nc = 0; j < n; j++) {
-    if (hostof[j] == host) c->local->label[nl++] = j;
-    if (count[hostof[j]]++ == lrank && c->cross) c->cross->label[nc++] = j;
+    if (hostof[j] == host) c->g.local->label[nl++] = j;
+    if (count[hostof[j]]++ == lrank && c->g.cross) c->g.cross->label[nc++] = j;
   }
   /* Last: the hierarchical algorithms run once c->hosts is set (the splits
    * above run allgathers on c before the children are complete). */
   KT_CHECK_GOTO(hosts_build(c, hostof, nhosts), res, exit);
   if (S == most)
-    KT_INFO("rank %d: %d hosts x %d ranks: shared memory within the host, TCP between hosts", c->rank, nhosts, L);
+    KT_INFO("rank %d: %d hosts x %d ranks: shared memory within the host, TCP between hosts", c->g.rank, nhosts, L);
   else
     KT_INFO("rank %d: %d hosts with %d to %d ranks: shared memory within the host, TCP between hosts for the "
-            "first %d of each", c->rank, nhosts, S, most, S);
+            "first %d of each", c->g.rank, nhosts, S, most, S);
 exit:
   free(hostof);
   free(count);
@@ -185,11 +189,11 @@ exit:
 /* Shared memory when every rank is on this host; the hierarchy when ranks
  * span hosts (KAITIAN_TRANSPORT=auto). */
 static kt_result setup_transports(struct kt_comm_s *c, const kt__tcp_addr *all) {
-  if (c->size < 2 || strcmp(kt__param_TRANSPORT(), "tcp") == 0) return KT_SUCCESS;
-  if (!c->all_local) return setup_hierarchy(c, all);
+  if (c->g.size < 2 || strcmp(kt__param_TRANSPORT(), "tcp") == 0) return KT_SUCCESS;
+  if (!c->g.all_local) return setup_hierarchy(c, all);
   uint64_t owed = 0; /* room the ranks' other communicators counted and have not taken yet */
-  for (int r = 0; r < c->size; r++) owed += all[r].shm_owed;
-  return kt__shm_setup(c, owed);
+  for (int r = 0; r < c->g.size; r++) owed += all[r].shm_owed;
+  return kt__shm_setup(&c->g, owed);
 }
 
 /* kt_store_get of exactly size bytes under key, waiting up to
@@ -259,7 +263,7 @@ static kt_result probe_pair(struct kt_comm_s *c, int other, bool send, double *r
     double got = -1;
     if (r == KT_SUCCESS) r = kt__run(c, KT_COLL_RECV, NULL, &got, 1, KT_FLOAT64, other);
     if (r == KT_SUCCESS && !(got > 0 && got < 1e12))
-      r = kt__err(KT_ERR_PEER_FAILED, "rank %d: rank %d measured the link at %g bytes/us, which is no rate", c->rank,
+      r = kt__err(KT_ERR_PEER_FAILED, "rank %d: rank %d measured the link at %g bytes/us, which is no rate", c->g.rank,
                   other, got);
     if (r == KT_SUCCESS) *rate = got;
   } else {
@@ -298,7 +302,7 @@ static kt_result probe_pair(struct kt_comm_s *c, int other, bool send, double *r
 
 /* The store key of link i's rate: <prefix>/link/<i>. */
 static void link_key(const struct kt_comm_s *c, int i, char *key, size_t cap) {
-  snprintf(key, cap, "%s/link/%d", c->prefix, i);
+  snprintf(key, cap, "%s/link/%d", c->g.prefix, i);
 }
 
 /* The round of link i of n hosts' ring (above). */
@@ -316,7 +320,7 @@ static kt_result probe_links(struct kt_comm_s *c, kt_store store, const int *lea
     bool send = i == h;
     int other = send ? lead[(i + 1) % n] : lead[i];
     double rate = -1;
-    KT_INFO("rank %d: measuring the link %s rank %d (%d messages of %zu KiB)", c->rank, send ? "to" : "from", other,
+    KT_INFO("rank %d: measuring the link %s rank %d (%d messages of %zu KiB)", c->g.rank, send ? "to" : "from", other,
             PROBE_MSGS, PROBE_BYTES >> 10);
     kt_result r = probe_pair(c, other, send, &rate);
     if (!send || r != KT_SUCCESS) {
@@ -373,31 +377,31 @@ static int first_failed_link(struct kt_comm_s *c, kt_store store, int nlinks, in
 }
 
 static kt_result link_probe(struct kt_comm_s *c, kt_store store, const kt__tcp_addr *all) {
-  int *lead = kt__calloc(2 * (size_t)c->size, sizeof *lead), *hostof = lead + c->size;
+  int *lead = kt__calloc(2 * (size_t)c->g.size, sizeof *lead), *hostof = lead + c->g.size;
   if (!lead) return KT_ERR_NO_MEMORY;
-  int n = number_hosts(all, c->size, hostof);
-  for (int j = c->size - 1; j >= 0; j--) lead[hostof[j]] = j; /* each host's lowest rank */
-  int h = lead[hostof[c->rank]] == c->rank ? hostof[c->rank] : -1;
+  int n = number_hosts(all, c->g.size, hostof);
+  for (int j = c->g.size - 1; j >= 0; j--) lead[hostof[j]] = j; /* each host's lowest rank */
+  int h = lead[hostof[c->g.rank]] == c->g.rank ? hostof[c->g.rank] : -1;
   kt_result r = KT_SUCCESS;
   if (n < 2) goto done; /* one host: no link */
   int nlinks = n == 2 ? 1 : n; /* two hosts: one link, measured one way */
   char key[320], req_key[320];
-  snprintf(key, sizeof key, "%s/link", c->prefix);
-  snprintf(req_key, sizeof req_key, "%s/linkreq", c->prefix);
+  snprintf(key, sizeof key, "%s/link", c->g.prefix);
+  snprintf(req_key, sizeof req_key, "%s/linkreq", c->g.prefix);
   int64_t mbits = KT_MAX(kt__param_LINK_MBITS(), (int64_t)-1);
   link_verdict v = {-1, 0, lead[1]};
   double fastest = -1;
-  if (c->rank == 0) KT_CHECK_GOTO(kt_store_set(store, req_key, &mbits, sizeof mbits), r, done);
+  if (c->g.rank == 0) KT_CHECK_GOTO(kt_store_set(store, req_key, &mbits, sizeof mbits), r, done);
   else if (h >= 0) KT_CHECK_GOTO(store_get_exact(store, req_key, &mbits, sizeof mbits), r, done);
   int64_t t0 = kt__now_ns();
   if (mbits >= 0) v.rate = (double)mbits / 8.0; /* 1 Mbit/s: 0.125 bytes per microsecond */
   else if (h >= 0) {
     int failed = 0;
     r = probe_links(c, store, lead, n, nlinks, h, &failed);
-    if (r != KT_SUCCESS && c->rank == 0) failed = first_failed_link(c, store, nlinks, failed);
+    if (r != KT_SUCCESS && c->g.rank == 0) failed = first_failed_link(c, store, nlinks, failed);
     v.from = lead[failed], v.to = lead[(failed + 1) % n];
   }
-  if (c->rank == 0) {
+  if (c->g.rank == 0) {
     if (mbits < 0 && r == KT_SUCCESS) r = collect_links(c, store, lead, n, nlinks, &v, &fastest);
     if (r != KT_SUCCESS) v.rate = -1; /* the others learn it at once instead of waiting */
     kt_result w = kt_store_set(store, key, &v, sizeof v);
@@ -410,13 +414,13 @@ static kt_result link_probe(struct kt_comm_s *c, kt_store store, const kt__tcp_a
                 "their logs say why)", (int)v.from, (int)v.to);
     goto done;
   }
-  c->link_bpus = v.rate;
-  if (c->cross) c->cross->link_bpus = v.rate;
-  c->algos_run = 0; /* the caller's first ops still log their algorithms */
-  if (c->rank == 0 && mbits >= 0)
+  c->g.link_bpus = v.rate;
+  if (c->g.cross) c->g.cross->link_bpus = v.rate;
+  c->g.algos_run = 0; /* the caller's first ops still log their algorithms */
+  if (c->g.rank == 0 && mbits >= 0)
     KT_INFO("rank 0: links between hosts taken as %lld Mbit/s (KAITIAN_LINK_MBITS)%s", (long long)mbits,
             mbits ? "" : ": not modelled");
-  else if (c->rank == 0) {
+  else if (c->g.rank == 0) {
     char among[128] = "";
     if (nlinks > 1)
       snprintf(among, sizeof among, ", the slowest of the %d between the hosts' first ranks, the fastest %.0f Mbit/s",
@@ -457,12 +461,12 @@ kt_result kt_comm_init(kt_comm *comm, int rank, int size, kt_store store, const 
     char msg[sizeof c->broken_msg];
     kt__error_copy(msg, sizeof msg);
     atomic_store(&c->broken, (int)res);
-    kt__tcp_broadcast_abort(c, msg);
+    kt__tcp_broadcast_abort(&c->g, res, msg);
     comm_free(c);
     return res;
   }
-  KT_INFO("rank %d/%d: communicator '%s' ready (tcp, timeout %lld ms)", rank, size, c->prefix,
-          (long long)c->timeout_ms);
+  KT_INFO("rank %d/%d: communicator '%s' ready (tcp, timeout %lld ms)", rank, size, c->g.prefix,
+          (long long)c->g.timeout_ms);
   *comm = c;
   return KT_SUCCESS;
 }
@@ -474,24 +478,24 @@ static kt_result connect_through_store(struct kt_comm_s *c, kt_store store) {
   kt__tcp_addr me, *all = NULL;
   int lfd = -1;
   char key[320];
-  KT_CHECK(kt__tcp_listen(c->rank, c->size, 1, &me, &lfd));
+  KT_CHECK(kt__tcp_listen(c->g.rank, c->g.size, 1, &me, &lfd));
   me.shm_owed = kt__shm_owed();
-  KT_CHECK(kt__tcp_create(c, lfd)); /* owns lfd from here */
-  all = kt__calloc((size_t)c->size, sizeof *all); /* freed at exit */
+  KT_CHECK(kt__tcp_create(&c->g, lfd)); /* owns lfd from here */
+  all = kt__calloc((size_t)c->g.size, sizeof *all); /* freed at exit */
   if (!all) return KT_ERR_NO_MEMORY;
-  all[c->rank] = me;
-  if (c->size > 1) {
-    snprintf(key, sizeof key, "%s/tcp/%d", c->prefix, c->rank);
+  all[c->g.rank] = me;
+  if (c->g.size > 1) {
+    snprintf(key, sizeof key, "%s/tcp/%d", c->g.prefix, c->g.rank);
     KT_CHECK_GOTO(kt_store_set(store, key, &me, sizeof me), res, exit);
-    for (int j = 0; j < c->size; j++) {
-      if (j == c->rank) continue;
-      snprintf(key, sizeof key, "%s/tcp/%d", c->prefix, j);
+    for (int j = 0; j < c->g.size; j++) {
+      if (j == c->g.rank) continue;
+      snprintf(key, sizeof key, "%s/tcp/%d", c->g.prefix, j);
       KT_CHECK_GOTO(store_get_exact(store, key, &all[j], sizeof all[j]), res, exit);
     }
   }
-  KT_CHECK_GOTO(kt__tcp_mesh(c, all), res, exit);
+  KT_CHECK_GOTO(kt__tcp_mesh(&c->g, all), res, exit);
   KT_CHECK_GOTO(setup_transports(c, all), res, exit);
-  if (c->size > 1 && !c->all_local) KT_CHECK_GOTO(link_probe(c, store, all), res, exit);
+  if (c->g.size > 1 && !c->g.all_local) KT_CHECK_GOTO(link_probe(c, store, all), res, exit);
 exit:
   free(all);
   return res;
@@ -575,23 +579,23 @@ static kt_result comm_split(kt_comm comm, int color, int key, int share, kt_comm
   kt__clear_error();
   if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank ?: kt_comm_split: comm is NULL");
   if (!newcomm)
-    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_split: newcomm is NULL", comm->rank);
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_split: newcomm is NULL", comm->g.rank);
   if (color < 0 && color != KT_SPLIT_NOCOLOR)
     return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_split: color %d is negative (use KT_SPLIT_NOCOLOR)",
-                   comm->rank, color);
+                   comm->g.rank, color);
   *newcomm = NULL;
   kt_result res = KT_SUCCESS;
-  split_rec *recs = kt__calloc((size_t)comm->size, sizeof *recs); /* freed at exit */
+  split_rec *recs = kt__calloc((size_t)comm->g.size, sizeof *recs); /* freed at exit */
   if (!recs) return KT_ERR_NO_MEMORY;
   split_rec mine;
   memset(&mine, 0, sizeof mine);
   mine.color = color;
   mine.key = key;
-  mine.rank = comm->rank;
+  mine.rank = comm->g.rank;
   int lfd = -1;
   struct kt_comm_s *c = NULL;
   if (color != KT_SPLIT_NOCOLOR) {
-    KT_CHECK_GOTO(kt__tcp_listen(comm->rank, comm->size, share, &mine.addr, &lfd), res, exit);
+    KT_CHECK_GOTO(kt__tcp_listen(comm->g.rank, comm->g.size, share, &mine.addr, &lfd), res, exit);
     mine.addr.shm_owed = kt__shm_owed();
   }
   /* Everyone takes part in the exchange, including ranks without a color. */
@@ -599,34 +603,34 @@ static kt_result comm_split(kt_comm comm, int color, int key, int share, kt_comm
   uint64_t seq = ++comm->split_seq;
   if (color == KT_SPLIT_NOCOLOR) goto exit;
   int n = 0;
-  for (int i = 0; i < comm->size; i++)
+  for (int i = 0; i < comm->g.size; i++)
     if (recs[i].color == color) recs[n++] = recs[i];
   qsort(recs, (size_t)n, sizeof *recs, cmp_split);
   int newrank = 0;
   for (int i = 0; i < n; i++)
-    if (recs[i].rank == comm->rank) newrank = i;
-  char prefix[sizeof comm->prefix];
-  snprintf(prefix, sizeof prefix, "%.200s/s%llu.%d", comm->prefix, (unsigned long long)seq, color);
-  KT_CHECK_GOTO(comm_alloc(newrank, n, comm->timeout_ms, prefix, &c), res, exit);
-  c->link_bpus = comm->link_bpus;
-  res = kt__tcp_create(c, lfd);
+    if (recs[i].rank == comm->g.rank) newrank = i;
+  char prefix[sizeof comm->g.prefix];
+  snprintf(prefix, sizeof prefix, "%.200s/s%llu.%d", comm->g.prefix, (unsigned long long)seq, color);
+  KT_CHECK_GOTO(comm_alloc(newrank, n, comm->g.timeout_ms, prefix, &c), res, exit);
+  c->g.link_bpus = comm->g.link_bpus;
+  res = kt__tcp_create(&c->g, lfd);
   lfd = -1; /* owned by c->tcp now, or closed */
   if (res != KT_SUCCESS) goto exit;
   kt__tcp_addr *addrs = (kt__tcp_addr *)recs; /* compact in place: addr fits in a rec */
   for (int i = 0; i < n; i++) memmove(&addrs[i], &recs[i].addr, sizeof addrs[i]);
-  KT_CHECK_GOTO(kt__tcp_mesh(c, addrs), res, exit);
+  KT_CHECK_GOTO(kt__tcp_mesh(&c->g, addrs), res, exit);
   KT_CHECK_GOTO(setup_transports(c, addrs), res, exit);
   *newcomm = c;
   c = NULL;
 exit:
   if (lfd >= 0) close(lfd);
-  if (res != KT_SUCCESS) kt__error_prefix("rank %d: kt_comm_split: ", comm->rank);
+  if (res != KT_SUCCESS) kt__error_prefix("rank %d: kt_comm_split: ", comm->g.rank);
   if (c) {
     /* As in kt_comm_init: peers still setting up learn why at once. */
     char msg[sizeof c->broken_msg];
     kt__error_copy(msg, sizeof msg);
     atomic_store(&c->broken, (int)res);
-    kt__tcp_broadcast_abort(c, msg);
+    kt__tcp_broadcast_abort(&c->g, res, msg);
     comm_free(c);
   }
   free(recs);
@@ -635,14 +639,14 @@ exit:
 
 kt_result kt_comm_abort(kt_comm comm) {
   if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank ?: kt_comm_abort: comm is NULL");
-  atomic_store(&comm->aborted, 1);
+  atomic_store(&comm->g.aborted, 1);
   uint64_t one = 1;
-  ssize_t w = write(comm->abort_fd, &one, sizeof one);
+  ssize_t w = write(comm->g.abort_fd, &one, sizeof one);
   (void)w;
   pthread_mutex_lock(&comm->mu);
   if (atomic_load(&comm->broken) == 0) {
     snprintf(comm->broken_msg, sizeof comm->broken_msg, "rank %d: communicator aborted (kt_comm_abort)",
-             kt__rank_label(comm, comm->rank));
+             kt__rank_label(&comm->g, comm->g.rank));
     atomic_store(&comm->broken, (int)KT_ERR_ABORTED);
   }
   char msg[sizeof comm->broken_msg];
@@ -652,9 +656,9 @@ kt_result kt_comm_abort(kt_comm comm) {
   pthread_mutex_unlock(&comm->mu);
   /* Local peers learn it from the segment at their next wait (remote ones
    * from the abort notice sent when the op fails or at destroy). */
-  kt__shm_fail(comm, why, msg);
-  if (comm->local) kt_comm_abort(comm->local); /* wakes a phase of a hierarchical op */
-  if (comm->cross) kt_comm_abort(comm->cross);
+  kt__shm_fail(&comm->g, why, msg);
+  if (comm->g.local) kt_comm_abort(kt__comm_of(comm->g.local)); /* wakes a phase of a hierarchical op */
+  if (comm->g.cross) kt_comm_abort(kt__comm_of(comm->g.cross));
   return KT_SUCCESS;
 }
 
@@ -680,25 +684,25 @@ kt_result kt_comm_destroy(kt_comm comm) {
   if (broken != KT_SUCCESS) {
     char why[1100];
     snprintf(why, sizeof why, "%s", comm->broken_msg);
-    kt__shm_fail(comm, broken, why);
-    kt__tcp_broadcast_abort(comm, why);
+    kt__shm_fail(&comm->g, broken, why);
+    kt__tcp_broadcast_abort(&comm->g, broken, why);
   }
-  kt__tcp_close(comm, broken == KT_SUCCESS);
+  kt__tcp_close(&comm->g, broken == KT_SUCCESS);
   comm_free(comm);
   return KT_SUCCESS;
 }
 
 kt_result kt_comm_rank(kt_comm comm, int *rank) {
   if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank ?: kt_comm_rank: comm is NULL");
-  if (!rank) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_rank: rank is NULL", comm->rank);
-  *rank = comm->rank;
+  if (!rank) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_rank: rank is NULL", comm->g.rank);
+  *rank = comm->g.rank;
   return KT_SUCCESS;
 }
 
 kt_result kt_comm_size(kt_comm comm, int *size) {
   if (!comm) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank ?: kt_comm_size: comm is NULL");
-  if (!size) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_size: size is NULL", comm->rank);
-  *size = comm->size;
+  if (!size) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_comm_size: size is NULL", comm->g.rank);
+  *size = comm->g.size;
   return KT_SUCCESS;
 }
 

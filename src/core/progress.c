@@ -29,14 +29,14 @@ static kt_result run_op(struct kt_comm_s *c, const kt__op *op) {
   kt_result broken = (kt_result)atomic_load(&c->broken);
   if (broken != KT_SUCCESS) {
     pthread_mutex_lock(&c->mu);
-    kt__err(broken, "rank %d: %s not run: the communicator failed earlier: %s", c->rank,
+    kt__err(broken, "rank %d: %s not run: the communicator failed earlier: %s", c->g.rank,
             kt__coll_name(op->coll), c->broken_msg);
     pthread_mutex_unlock(&c->mu);
     return broken;
   }
   kt_result r = kt__execute(c, op);
   if (r != KT_SUCCESS) {
-    kt__tcp_reset_queues(c);
+    kt__tcp_reset_queues(&c->g);
     kt__comm_fail(c, r);
   }
   return r;
@@ -52,7 +52,7 @@ static void cv_wait(struct kt_comm_s *c) {
 
 static void *progress_main(void *arg) {
   struct kt_comm_s *c = arg;
-  kt__log_set_rank(kt__rank_label(c, c->rank)); /* a hierarchy child's: the parent's rank */
+  kt__log_set_rank(kt__rank_label(&c->g, c->g.rank)); /* a hierarchy child's: the parent's rank */
   pthread_mutex_lock(&c->mu);
   for (;;) {
     while ((!c->qhead || c->busy) && !(c->stopping && !c->qhead)) cv_wait(c);
@@ -193,7 +193,7 @@ kt_result kt__issue(struct kt_comm_s *c, kt__op *op, kt_request *req_out) {
     pthread_mutex_unlock(&c->mu);
     op_free_arrays(op);
     return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: %s issued on a communicator being destroyed",
-                   c->rank, kt__coll_name(op->coll));
+                   c->g.rank, kt__coll_name(op->coll));
   }
   /* Collectives are numbered so that every rank can check it is in the same
    * one; point-to-point ops are not (ranks issue different numbers of them). */
@@ -220,7 +220,7 @@ kt_result kt__issue(struct kt_comm_s *c, kt__op *op, kt_request *req_out) {
   if (!req) {
     pthread_mutex_unlock(&c->mu);
     op_free_arrays(op);
-    return kt__err(KT_ERR_NO_MEMORY, "rank %d: cannot allocate a request", c->rank);
+    return kt__err(KT_ERR_NO_MEMORY, "rank %d: cannot allocate a request", c->g.rank);
   }
   req->op = *op;
   req->comm = c;
@@ -234,7 +234,7 @@ kt_result kt__issue(struct kt_comm_s *c, kt__op *op, kt_request *req_out) {
       pthread_mutex_unlock(&c->mu);
       op_free_arrays(&req->op);
       free(req);
-      return kt__err(KT_ERR_SYSTEM, "rank %d: cannot start the progress thread: %s", c->rank,
+      return kt__err(KT_ERR_SYSTEM, "rank %d: cannot start the progress thread: %s", c->g.rank,
                      strerror(e));
     }
     c->thread_started = true;
@@ -299,7 +299,7 @@ kt_result kt__wait_watching(kt_request req, kt__exec *ex, const char *what, bool
 
 kt_result kt_test(kt_request req, int *done) {
   if (!req) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank ?: kt_test: request is NULL");
-  if (!done) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_test: done is NULL", req->comm->rank);
+  if (!done) return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_test: done is NULL", req->comm->g.rank);
   *done = atomic_load_explicit(&req->done, memory_order_acquire);
   return KT_SUCCESS;
 }
@@ -321,7 +321,7 @@ kt_result kt_request_notify(kt_request req, kt_cq cq, uint64_t tag) {
   pthread_mutex_lock(&c->mu);
   if (req->cq) {
     pthread_mutex_unlock(&c->mu);
-    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_request_notify: request already has a queue", c->rank);
+    return kt__err(KT_ERR_INVALID_ARGUMENT, "rank %d: kt_request_notify: request already has a queue", c->g.rank);
   }
   req->cq = cq;
   req->cq_tag = tag;

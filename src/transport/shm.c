@@ -205,11 +205,11 @@ static char *ring_of(const kt__shm *s, int from, int to) {
   return s->rings + ((size_t)from * (size_t)s->n + (size_t)to) * s->p2p;
 }
 
-size_t kt__shm_region_bytes(const struct kt_comm_s *c) { return c->shm->region; }
+size_t kt__shm_region_bytes(const kt__group *c) { return c->shm->region; }
 
-bool kt__shm_oversubscribed(const struct kt_comm_s *c) { return c->shm->oversubscribed; }
+bool kt__shm_oversubscribed(const kt__group *c) { return c->shm->oversubscribed; }
 
-char *kt__shm_region(const struct kt_comm_s *c, int r, int which, int par) {
+char *kt__shm_region(const kt__group *c, int r, int which, int par) {
   const kt__shm *s = c->shm;
   return (char *)s->base + data_offset(s->n) + ((size_t)r * 4 + (size_t)which * 2 + (size_t)par) * s->region;
 }
@@ -288,7 +288,7 @@ static int local_cpus(void *base, int n) {
   return count;
 }
 
-static void segment_name(const struct kt_comm_s *c, char *buf, size_t cap) {
+static void segment_name(const kt__group *c, char *buf, size_t cap) {
   uint64_t h = kt__fnv1a_str(KT_FNV1A_BASIS, c->prefix);
   const char *job = kt__param_JOB_ID();
   snprintf(buf, cap, "/kaitian-%.40s-%016llx-%d", job[0] ? job : "nojob", (unsigned long long)h,
@@ -337,15 +337,15 @@ static kt_result failure_code(int32_t f) {
   return f > 0 && f <= KT_ERR_INTERNAL ? (kt_result)f : KT_ERR_ABORTED;
 }
 
-static bool peer_alive(const struct kt_comm_s *c, int r) {
+static bool peer_alive(const kt__group *c, int r) {
   return c->peer_pid[r] <= 0 || kill(c->peer_pid[r], 0) == 0 || errno != ESRCH;
 }
 
 /* A rank whose setup failed says why on its control socket before closing it
  * (kt_comm_init): ranks still waiting here stop with its reason, including
  * one that would otherwise wait for a segment the leader already removed. */
-static kt_result setup_check_peers(struct kt_comm_s *c) {
-  kt__exec ex = {.comm = c};
+static kt_result setup_check_peers(kt__group *c) {
+  kt__exec ex = {.group = c};
   return kt__net_check_peers(&ex);
 }
 
@@ -403,7 +403,7 @@ static int once_per_job(_Atomic int *warned) {
   return job_rank0 && atomic_exchange(warned, 1) == 0 ? KT_LOG_WARN : KT_LOG_INFO;
 }
 
-static void warn_shrunk(const struct kt_comm_s *c, uint64_t avail, uint64_t owed, size_t region, size_t region0,
+static void warn_shrunk(const kt__group *c, uint64_t avail, uint64_t owed, size_t region, size_t region0,
                         size_t p2p, size_t p2p0, int n) {
   if (region == region0 && p2p == p2p0) return;
   int level = once_per_job(&shrink_warned);
@@ -431,7 +431,7 @@ static void warn_shrunk(const struct kt_comm_s *c, uint64_t avail, uint64_t owed
  * every transfer is the only remote one. Reserving them now makes a /dev/shm
  * too small for the segment an error here, not a SIGBUS in the middle of an
  * operation. */
-static kt_result reserve_regions(struct kt_comm_s *c, int fd, shm_hdr *h, const char *name, size_t region) {
+static kt_result reserve_regions(kt__group *c, int fd, shm_hdr *h, const char *name, size_t region) {
   int n = c->size;
   int fe = posix_fallocate(fd, (off_t)(data_offset(n) + (size_t)c->rank * 4 * region), (off_t)(4 * region));
   if (fe == 0) return KT_SUCCESS;
@@ -447,7 +447,7 @@ static kt_result reserve_regions(struct kt_comm_s *c, int fd, shm_hdr *h, const 
  * runs over TCP; warned once per job like a shrink (which it follows). */
 static _Atomic int no_room_warned;
 
-static void warn_no_room(const struct kt_comm_s *c, uint64_t avail, uint64_t owed, size_t bytes, int n) {
+static void warn_no_room(const kt__group *c, uint64_t avail, uint64_t owed, size_t bytes, int n) {
   KT_LOG_AT(once_per_job(&no_room_warned),
             "rank %d: /dev/shm has %.2f MiB free and %.2f MiB of it is kept for the rings of this job's other "
             "communicators on this host: too little for the shared memory of a communicator of %d ranks (%.2f MiB "
@@ -472,7 +472,7 @@ static bool layout_ok(const shm_hdr *h, int n, size_t bytes) {
   return h->nlocal == (uint32_t)n && h->bytes == bytes && segment_bytes(n, h->region, h->p2p) == bytes;
 }
 
-kt_result kt__shm_setup(struct kt_comm_s *c, uint64_t owed) {
+kt_result kt__shm_setup(kt__group *c, uint64_t owed) {
   kt_result res = KT_SUCCESS;
   char name[128];
   segment_name(c, name, sizeof name);
@@ -651,7 +651,7 @@ fail:
   return res;
 }
 
-void kt__shm_close(struct kt_comm_s *c) {
+void kt__shm_close(kt__group *c) {
   if (!c->shm) return;
   for (int i = 0; c->shm->maps && i < c->shm->n * SHM_MAPS; i++)
     if (c->shm->maps[i].base) munmap(c->shm->maps[i].base, c->shm->maps[i].len);
@@ -665,14 +665,14 @@ void kt__shm_close(struct kt_comm_s *c) {
   c->shm = NULL;
 }
 
-void kt__shm_fail(struct kt_comm_s *c, kt_result r, const char *msg) {
+void kt__shm_fail(kt__group *c, kt_result r, const char *msg) {
   kt__shm *s = c->shm;
   if (!s) return;
   record_failure(s->hdr, c->rank, r, msg);
   kt__shm_wake(c);
 }
 
-void kt__shm_wake(struct kt_comm_s *c) {
+void kt__shm_wake(kt__group *c) {
   if (c->shm) wake_now(c->shm);
 }
 
@@ -686,16 +686,16 @@ static void mark_alive_at(kt__shm *s, int64_t now) {
 static void mark_alive(kt__shm *s) { mark_alive_at(s, kt__now_coarse_ns()); }
 
 void kt__shm_op_begin(kt__exec *ex) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   mark_alive_at(s, ex->start_ns);
   kt__op_sig(ex->op, s->n, &s->cur);
   s->sig_checked = false;
 }
 
-uint64_t kt__shm_next_step(kt__exec *ex) { return ex->comm->shm->step + 1; }
+uint64_t kt__shm_next_step(kt__exec *ex) { return ex->group->shm->step + 1; }
 
 uint64_t kt__shm_post(kt__exec *ex) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   s->step++;
   atomic_store_explicit(&slot(s, s->me)->step, s->step, memory_order_seq_cst);
   wake_sleepers(s);
@@ -711,23 +711,23 @@ static bool reached(const kt__shm *s, int r, uint64_t target) {
 
 /* The error for peer r found in another op (its signature theirs). */
 static __attribute__((noinline, cold)) kt_result mismatch_of(kt__exec *ex, const sig *mine, int r, const sig *theirs) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   char a[160], b[160], who[128];
   kt__sig_describe(mine, a, sizeof a);
   kt__sig_describe(theirs, b, sizeof b);
-  kt__peer_desc(ex->comm, r, who, sizeof who);
+  kt__peer_desc(ex->group, r, who, sizeof who);
   return kt__err(KT_ERR_MISMATCH, "mismatched operations: rank %d is in (%s) but %s is in (%s)",
-                 kt__rank_label(ex->comm, s->me), a, who, b);
+                 kt__rank_label(ex->group, s->me), a, who, b);
 }
 
 static kt_result mismatch(kt__exec *ex, int r, const sig *theirs) {
-  return mismatch_of(ex, &ex->comm->shm->cur, r, theirs);
+  return mismatch_of(ex, &ex->group->shm->cur, r, theirs);
 }
 
 /* Compare my signature of this op with those of the ranks waited for. Fields
  * an op does not use were set the same way on every rank by the API layer. */
 static kt_result check_sigs(kt__exec *ex, int r) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   s->sig_checked = true;
   const sig *mine = &s->cur;
   for (int i = r >= 0 ? r : 0; i < (r >= 0 ? r + 1 : s->n); i++) {
@@ -741,7 +741,7 @@ static kt_result check_sigs(kt__exec *ex, int r) {
 /* Why are we still waiting? Failures first, then the deadline. The common
  * answer (nothing failed, no slow checks due) is check_failures', inline. */
 static kt_result failures_found(kt__exec *ex, int r, uint64_t target, bool slow_checks) {
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   kt__shm *s = c->shm;
   int32_t f = atomic_load_explicit(&s->hdr->failed, memory_order_acquire);
   if (f) {
@@ -790,7 +790,7 @@ static kt_result failures_found(kt__exec *ex, int r, uint64_t target, bool slow_
 }
 
 static inline kt_result check_failures(kt__exec *ex, int r, uint64_t target, bool slow_checks) {
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   if (!slow_checks && !atomic_load_explicit(&c->shm->hdr->failed, memory_order_acquire) &&
       !atomic_load_explicit(&c->aborted, memory_order_relaxed))
     return KT_SUCCESS;
@@ -807,7 +807,7 @@ typedef kt_result (*stuck_fn)(kt__exec *ex, const void *arg);
 
 static kt_result wait_ready_or_stuck(kt__exec *ex, int r, uint64_t target, ready_fn ready,
                                      const void *arg, stuck_fn stuck) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   int64_t spin_until = -1; /* set at the first check: most waits end before */
   unsigned k = 0;
   while (!ready(s, arg)) {
@@ -867,7 +867,7 @@ static bool steps_ready(const kt__shm *s, const void *arg) {
 }
 
 kt_result kt__shm_wait(kt__exec *ex, int r, uint64_t target) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   step_goal goal = {r, target};
   if (!reached(s, r, target)) KT_CHECK(wait_ready(ex, r, target, steps_ready, &goal));
   if (r < 0 && target > s->all_reached) s->all_reached = target;
@@ -876,7 +876,7 @@ kt_result kt__shm_wait(kt__exec *ex, int r, uint64_t target) {
 }
 
 kt_result kt__shm_iter_begin(kt__exec *ex, int *par) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   /* Every rank has begun the previous iteration, hence finished reading the
    * one before: buffers of this parity are free. */
   if (s->all_reached < s->prev_arrive) {
@@ -894,21 +894,21 @@ kt_result kt__shm_iter_begin(kt__exec *ex, int *par) {
 }
 
 void kt__shm_set_aux(kt__exec *ex, int par, uint64_t v) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   atomic_store_explicit(&slot(s, s->me)->aux[par], v, memory_order_relaxed);
 }
 
 uint64_t kt__shm_get_aux(kt__exec *ex, int r, int par) {
-  return atomic_load_explicit(&slot(ex->comm->shm, r)->aux[par], memory_order_relaxed);
+  return atomic_load_explicit(&slot(ex->group->shm, r)->aux[par], memory_order_relaxed);
 }
 
 void kt__shm_set_aux2(kt__exec *ex, int par, uint64_t v) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   atomic_store_explicit(&slot(s, s->me)->aux2[par], v, memory_order_relaxed);
 }
 
 uint64_t kt__shm_get_aux2(kt__exec *ex, int r, int par) {
-  return atomic_load_explicit(&slot(ex->comm->shm, r)->aux2[par], memory_order_relaxed);
+  return atomic_load_explicit(&slot(ex->group->shm, r)->aux2[par], memory_order_relaxed);
 }
 
 /* ---- point to point ------------------------------------------------------- */
@@ -986,7 +986,7 @@ static bool ring_full(const kt__shm *s, int from, int to) {
  * time: all of them waited at once in between, so the cycle is real. */
 static kt_result p2p_stuck(kt__exec *ex, const void *arg) {
   const p2p_state *p = arg;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   kt__shm *s = c->shm;
   uint64_t seen[SHM_CYCLE_MAX];
   int path[SHM_CYCLE_MAX], len = 0;
@@ -1030,14 +1030,14 @@ static kt_result p2p_stuck(kt__exec *ex, const void *arg) {
  * receiver reads only what was written): a /dev/shm without room for it is
  * this error, not a SIGBUS. */
 static kt_result reserve_ring(kt__exec *ex, int dst) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   off_t at = (off_t)(ring_of(s, s->me, dst) - (char *)s->base);
   int fe = posix_fallocate(s->fd, at, (off_t)s->p2p);
   if (fe != 0)
     return kt__err(KT_ERR_SYSTEM,
                    "cannot reserve the %zu-byte shared-memory ring to rank %d: %s (is /dev/shm large enough? "
                    "KAITIAN_SHM_P2P_BYTES sizes the rings; KAITIAN_TRANSPORT=tcp needs none)",
-                   s->p2p, kt__rank_label(ex->comm, dst), strerror(fe));
+                   s->p2p, kt__rank_label(ex->group, dst), strerror(fe));
   s->ring_reserved[dst] = true;
   atomic_fetch_sub(&owed_bytes, s->p2p);
   return KT_SUCCESS;
@@ -1045,7 +1045,7 @@ static kt_result reserve_ring(kt__exec *ex, int dst) {
 
 kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int src, void *rbuf, size_t rlen,
                       uint32_t tag) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   stream snd = {0}, rcv = {0};
   if (dst >= 0) {
     if (!s->ring_reserved[dst]) KT_CHECK(reserve_ring(ex, dst));
@@ -1082,7 +1082,7 @@ kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int 
         kt_dtype want = ex->op->dtype;
         if (h32[0] != P2P_MAGIC || h32[1] != tag || len != rlen || dtype != (uint32_t)want) {
           char who[128];
-          kt__peer_desc(ex->comm, src, who, sizeof who);
+          kt__peer_desc(ex->group, src, who, sizeof who);
           const char *sent = dtype < KT_NUM_DTYPES ? kt_dtype_name((kt_dtype)dtype) : "an unknown type";
           return kt__err(KT_ERR_MISMATCH,
                          "expected a message of %zu bytes (%s) with tag %u from %s, which sent %llu bytes (%s) "
@@ -1111,7 +1111,7 @@ kt_result kt__shm_p2p(kt__exec *ex, int dst, const void *sbuf, size_t slen, int 
 /* ---- single-copy allreduce: the peers' registered buffers ------------------ */
 
 bool kt__shm_direct_offer(kt__exec *ex, const void *send, const void *recv, size_t bytes) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   shm_slot *me = slot(s, s->me);
   kt__membuf *b = me->dbuf[s->par];
   bool offer = !s->direct_off && bytes >= (size_t)kt__param_SHM_DIRECT_BYTES() && kt__memreg_find(send, bytes, &b[0]) &&
@@ -1121,13 +1121,13 @@ bool kt__shm_direct_offer(kt__exec *ex, const void *send, const void *recv, size
 }
 
 bool kt__shm_direct_offered(kt__exec *ex, int r) {
-  const kt__shm *s = ex->comm->shm;
+  const kt__shm *s = ex->group->shm;
   return slot(s, r)->direct_offer[s->par] != 0;
 }
 
 /* Map the file of b (registered by rank r) or find it mapped; the address of
  * its byte b->off, bytes long; NULL with the reason in why. */
-static char *map_peer_buf(struct kt_comm_s *c, int r, const kt__membuf *b, size_t bytes, char *why, size_t cap) {
+static char *map_peer_buf(kt__group *c, int r, const kt__membuf *b, size_t bytes, char *why, size_t cap) {
   kt__shm *s = c->shm;
   struct peer_map *m = &s->maps[(size_t)r * SHM_MAPS], *victim = m;
   for (int i = 0; i < SHM_MAPS; i++) {
@@ -1166,7 +1166,7 @@ static char *map_peer_buf(struct kt_comm_s *c, int r, const kt__membuf *b, size_
 }
 
 bool kt__shm_direct_map(kt__exec *ex, char **send, char **recv, size_t bytes) {
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   kt__shm *s = c->shm;
   bool ok = true;
   for (int r = 0; r < s->n && ok; r++) {
@@ -1189,7 +1189,7 @@ bool kt__shm_direct_map(kt__exec *ex, char **send, char **recv, size_t bytes) {
 }
 
 bool kt__shm_direct_ok(kt__exec *ex, int r) {
-  const kt__shm *s = ex->comm->shm;
+  const kt__shm *s = ex->group->shm;
   return slot(s, r)->direct_ok[s->par] != 0;
 }
 
@@ -1249,7 +1249,7 @@ static inline bool ll_ready(const kt__shm *s, const void *arg) {
  * skipped the op (sizes that differ across the threshold). Ranks not waited
  * for may legitimately be ahead. */
 static kt_result ll_stuck(kt__exec *ex, const void *arg) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   const ll_goal *g = arg;
   for (int r = g->r >= 0 ? g->r : 0; r < (g->r >= 0 ? g->r + 1 : s->n); r++) {
     if (r == s->me) continue;
@@ -1267,14 +1267,14 @@ static __attribute__((noinline)) kt_result ll_wait_slow(kt__exec *ex, const ll_g
 
 /* Inline up to the first look at the lines, which most waits need alone. */
 static inline kt_result ll_wait_goal(kt__exec *ex, const ll_goal *g) {
-  if (ll_ready(ex->comm->shm, g)) return KT_SUCCESS;
+  if (ll_ready(ex->group->shm, g)) return KT_SUCCESS;
   KT_CHECK(ll_wait_slow(ex, g));
   return KT_SUCCESS;
 }
 
 /* Rank r's signature of op seq (its line 0 holds that op) against mine. */
 static inline kt_result ll_compare_to(kt__exec *ex, int r, uint64_t seq, const sig *mine) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   sig theirs;
   memcpy(&theirs, ll_at(s, r, ll_slot(seq), 0)->data, sizeof theirs);
   return KT_LIKELY(kt__sig_equal(&theirs, mine)) ? KT_SUCCESS : mismatch_of(ex, mine, r, &theirs);
@@ -1282,7 +1282,7 @@ static inline kt_result ll_compare_to(kt__exec *ex, int r, uint64_t seq, const s
 
 /* The same for an earlier op: my signature is still in my own line 0 of it. */
 static kt_result ll_compare(kt__exec *ex, int r, uint64_t seq) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   sig mine;
   if (atomic_load_explicit(&ll_at(s, r, ll_slot(seq), 0)->flag, memory_order_acquire) != seq)
     return kt__err(KT_ERR_INTERNAL, "small-message line 0 of rank %d is not op %llu's", r, (unsigned long long)seq);
@@ -1293,7 +1293,7 @@ static kt_result ll_compare(kt__exec *ex, int r, uint64_t seq) {
 /* Before writing op seq: every peer has written op j = seq - SHM_LL_AHEAD,
  * and its signature of j equals mine (unless op j already compared it). */
 static kt_result ll_settle(kt__exec *ex, uint64_t seq) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   if (seq <= SHM_LL_AHEAD) return KT_SUCCESS;
   uint64_t j = seq - SHM_LL_AHEAD;
   int done = s->ll_cmp[ll_slot(j)];
@@ -1310,7 +1310,7 @@ static kt_result ll_settle(kt__exec *ex, uint64_t seq) {
 }
 
 kt_result kt__shm_ll_post(kt__exec *ex, const void *payload, size_t bytes) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   if (bytes > LL_MAX_BYTES)
     return kt__err(KT_ERR_INTERNAL, "small-message protocol called for %zu bytes (at most %d)", bytes,
                    LL_MAX_BYTES);
@@ -1339,7 +1339,7 @@ kt_result kt__shm_ll_post(kt__exec *ex, const void *payload, size_t bytes) {
  * peer rewrites op j's slot only after this rank wrote op j + SHM_LL_AHEAD),
  * so a mismatch in a one-way op surfaces at the next op that waits for all. */
 static kt_result ll_settle_all(kt__exec *ex, uint64_t seq) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   uint64_t from = seq > SHM_LL_AHEAD ? seq - SHM_LL_AHEAD + 1 : 1;
   /* After ll_all no op is LL_CMP_ALL: only a wait for every peer marks an
    * op so, and it then moves ll_all up to that op. */
@@ -1354,7 +1354,7 @@ static kt_result ll_settle_all(kt__exec *ex, uint64_t seq) {
 }
 
 kt_result kt__shm_ll_wait(kt__exec *ex, int r) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   if (r == s->me) return check_failures(ex, -1, UINT64_MAX, false);
   ll_goal g = {s->ll_seq, r, 1};
   KT_CHECK(ll_wait_goal(ex, &g));
@@ -1389,7 +1389,7 @@ static __attribute__((noinline)) kt_result ll_read_lines(kt__shm *s, int r, size
  * the other lines are there (checked all the same). Polling them while they
  * are written would pull each line away from its writer once more. */
 kt_result kt__shm_ll_read(kt__exec *ex, int r, size_t off, void *dst, size_t bytes) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   const ll_line *l0 = ll_at(s, r, ll_slot(s->ll_seq), 0);
   if (off + bytes <= LL_FIRST && (r == s->me || atomic_load_explicit(&l0->flag, memory_order_acquire) == s->ll_seq)) {
     kt__copy(dst, l0->data + sizeof(sig) + off, bytes); /* all in line 0: most small ops */
@@ -1410,7 +1410,7 @@ kt_result kt__shm_ll_read(kt__exec *ex, int r, size_t off, void *dst, size_t byt
  * seccomp filter, other pid namespaces); then the callers use the region
  * algorithms. */
 static kt_result cma_probe(kt__exec *ex) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   /* Read and rewritten (with the same value) by the peers: static, so that
    * a peer still at it when this rank leaves the probe early (an error)
    * writes into memory that stays this word. */
@@ -1426,10 +1426,10 @@ static kt_result cma_probe(kt__exec *ex) {
     uint64_t v = 0;
     struct iovec l = {&v, sizeof v}, rem = {(void *)(uintptr_t)kt__shm_get_aux(ex, r, par), sizeof v};
     call = "process_vm_readv";
-    ssize_t got = process_vm_readv(ex->comm->peer_pid[r], &l, 1, &rem, 1, 0);
+    ssize_t got = process_vm_readv(ex->group->peer_pid[r], &l, 1, &rem, 1, 0);
     if (got == (ssize_t)sizeof v && v == CMA_MAGIC) {
       call = "process_vm_writev";
-      got = process_vm_writev(ex->comm->peer_pid[r], &l, 1, &rem, 1, 0);
+      got = process_vm_writev(ex->group->peer_pid[r], &l, 1, &rem, 1, 0);
     }
     if (got != (ssize_t)sizeof v || v != CMA_MAGIC) {
       why = got < 0 ? errno : EIO;
@@ -1444,13 +1444,13 @@ static kt_result cma_probe(kt__exec *ex) {
   s->cma = all ? 1 : -1;
   if (why)
     KT_INFO("rank %d: cannot reach rank %d's memory (%s: %s): large shared-memory ops copy "
-            "through the segment", kt__rank_label(ex->comm, s->me), kt__rank_label(ex->comm, who), call,
+            "through the segment", kt__rank_label(ex->group, s->me), kt__rank_label(ex->group, who), call,
             strerror(why));
   return KT_SUCCESS;
 }
 
 kt_result kt__shm_cma_ok(kt__exec *ex, bool *ok) {
-  kt__shm *s = ex->comm->shm;
+  kt__shm *s = ex->group->shm;
   if (s->cma == 0) KT_CHECK(cma_probe(ex));
   *ok = s->cma > 0;
   return KT_SUCCESS;
@@ -1458,7 +1458,7 @@ kt_result kt__shm_cma_ok(kt__exec *ex, bool *ok) {
 
 /* Copy bytes between buf here and addr in rank r's address space. */
 static kt_result cma_copy(kt__exec *ex, int r, uint64_t addr, char *buf, size_t bytes, bool write) {
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   while (bytes > 0) {
     struct iovec l = {buf, bytes}, rem = {(void *)(uintptr_t)addr, bytes};
     ssize_t got = write ? process_vm_writev(c->peer_pid[r], &l, 1, &rem, 1, 0)

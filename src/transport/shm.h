@@ -18,7 +18,6 @@
 #ifndef KT_SHM_H
 #define KT_SHM_H
 
-#include "comm.h"
 #include "transport.h"
 
 typedef struct kt__shm kt__shm;
@@ -27,24 +26,24 @@ typedef struct kt__shm kt__shm;
  * after the TCP mesh exists; owed: the sum of kt__shm_owed() over its ranks
  * (room the new segment must leave free). On failure nothing is left in
  * /dev/shm. */
-KT_INTERNAL kt_result kt__shm_setup(struct kt_comm_s *c, uint64_t owed);
+KT_INTERNAL kt_result kt__shm_setup(kt__group *c, uint64_t owed);
 /* Bytes of /dev/shm this process's communicators counted for their
  * point-to-point rings and have not reserved yet. */
 KT_INTERNAL uint64_t kt__shm_owed(void);
-KT_INTERNAL void kt__shm_close(struct kt_comm_s *c);
+KT_INTERNAL void kt__shm_close(kt__group *c);
 /* Record a failure in the segment so local peers fail at once too. */
-KT_INTERNAL void kt__shm_fail(struct kt_comm_s *c, kt_result r, const char *msg);
+KT_INTERNAL void kt__shm_fail(kt__group *c, kt_result r, const char *msg);
 /* Wake local waiters (abort). Safe from any thread. */
-KT_INTERNAL void kt__shm_wake(struct kt_comm_s *c);
+KT_INTERNAL void kt__shm_wake(kt__group *c);
 
 /* ---- for algorithms ---------------------------------------------------- */
 
 /* More ranks share this host than they have CPUs (the same on every rank). */
-KT_INTERNAL bool kt__shm_oversubscribed(const struct kt_comm_s *c);
+KT_INTERNAL bool kt__shm_oversubscribed(const kt__group *c);
 /* Bytes of each data region. */
-KT_INTERNAL size_t kt__shm_region_bytes(const struct kt_comm_s *c);
+KT_INTERNAL size_t kt__shm_region_bytes(const kt__group *c);
 /* Region of local rank r: which 0 = in, 1 = out; par = iteration parity. */
-KT_INTERNAL char *kt__shm_region(const struct kt_comm_s *c, int r, int which, int par);
+KT_INTERNAL char *kt__shm_region(const kt__group *c, int r, int which, int par);
 
 /* Start an op: publish this rank's signature of ex->op. */
 KT_INTERNAL void kt__shm_op_begin(kt__exec *ex);

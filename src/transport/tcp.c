@@ -200,7 +200,7 @@ static bool ctrl_backlogged(int fd);
  * give those notices a moment to arrive and report the root cause rather than
  * the messenger. */
 static kt_result find_root_cause(kt__exec *ex, int64_t wait_ms) {
-  struct kt__tcp *t = ex->comm->tcp;
+  struct kt__tcp *t = ex->group->tcp;
   int64_t until = kt__now_ns() + wait_ms * 1000000;
   for (;;) {
     int n = 0;
@@ -220,7 +220,7 @@ static kt_result find_root_cause(kt__exec *ex, int64_t wait_ms) {
 }
 
 static kt_result peer_lost(kt__exec *ex, int peer, const char *what, int err) {
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   char who[128];
   kt__peer_desc(c, peer, who, sizeof who);
   if (c->tcp->peers[peer].said_bye)
@@ -247,7 +247,7 @@ static kt_result check_header(kt__exec *ex, int peer, const kt__xfer *x, const u
   hdr got;
   memcpy(&got, raw, sizeof got);
   if (got.magic != HDR_MAGIC)
-    return kt__err(KT_ERR_INTERNAL, "corrupt message header from rank %d (magic 0x%x)", kt__rank_label(ex->comm, peer),
+    return kt__err(KT_ERR_INTERNAL, "corrupt message header from rank %d (magic 0x%x)", kt__rank_label(ex->group, peer),
                    got.magic);
   const kt__op *op = ex->op;
   hdr want = op_hdr(op, x->tag, x->len);
@@ -262,7 +262,7 @@ static kt_result check_header(kt__exec *ex, int peer, const kt__xfer *x, const u
   if (same) return KT_SUCCESS;
   if (p2p) want.seq = got_p2p ? got.seq : want.seq; /* not part of the p2p signature */
   char who[128], mine[192], theirs[192];
-  kt__peer_desc(ex->comm, peer, who, sizeof who);
+  kt__peer_desc(ex->group, peer, who, sizeof who);
   describe_hdr(&want, mine, sizeof mine);
   describe_hdr(&got, theirs, sizeof theirs);
   return kt__err(KT_ERR_MISMATCH,
@@ -313,12 +313,12 @@ static int lanes_used(const struct peer *p, const kt__xfer *x) {
 }
 
 kt_result kt__net_post(kt__exec *ex, kt__xfer *x) {
-  struct kt__tcp *t = ex->comm->tcp;
-  if (x->peer < 0 || x->peer >= t->nranks || x->peer == ex->comm->rank)
+  struct kt__tcp *t = ex->group->tcp;
+  if (x->peer < 0 || x->peer >= t->nranks || x->peer == ex->group->rank)
     return kt__err(KT_ERR_INTERNAL, "transfer to invalid peer %d", x->peer);
   if (units_of(x->len) >= UNIT_HINT)
     return kt__err(KT_ERR_INVALID_ARGUMENT, "a message of %zu bytes to rank %d is too large for TCP (at most %zu)",
-                   x->len, kt__rank_label(ex->comm, x->peer), (size_t)(UNIT_HINT - 1) * LANE_UNIT);
+                   x->len, kt__rank_label(ex->group, x->peer), (size_t)(UNIT_HINT - 1) * LANE_UNIT);
   struct peer *p = &t->peers[x->peer];
   x->next = NULL;
   x->complete = false;
@@ -497,7 +497,7 @@ static kt_result send_striped(kt__exec *ex, int peer, struct lane *l, kt__xfer *
 }
 
 static kt_result advance_sends(kt__exec *ex, int peer, int s, bool *moved) {
-  struct peer *p = &ex->comm->tcp->peers[peer];
+  struct peer *p = &ex->group->tcp->peers[peer];
   struct lane *l = &p->lane[s];
   kt__xfer *x;
   while ((x = l->scur) != NULL) {
@@ -545,7 +545,7 @@ static kt_result lane_read(kt__exec *ex, int peer, struct lane *l, struct iovec 
     if (errno == EAGAIN || errno == EWOULDBLOCK) return KT_SUCCESS;
     return peer_lost(ex, peer, "receiving data", errno);
   }
-  ex->comm->tcp->peers[peer].heard_ns = kt__now_ns();
+  ex->group->tcp->peers[peer].heard_ns = kt__now_ns();
   *got = r;
   return KT_SUCCESS;
 }
@@ -575,7 +575,7 @@ static kt_result recv_whole(kt__exec *ex, int peer, struct lane *l, kt__xfer *x,
 
 static kt_result corrupt_stream(kt__exec *ex, int peer, int s, const kt__xfer *x, const char *what) {
   return kt__err(KT_ERR_INTERNAL, "corrupt data stream from rank %d (connection %d, message of %zu bytes): %s",
-                 kt__rank_label(ex->comm, peer), s, x->len, what);
+                 kt__rank_label(ex->group, peer), s, x->len, what);
 }
 
 /* One lane's part of striped x: the header, then records until the end
@@ -645,7 +645,7 @@ static kt_result recv_striped(kt__exec *ex, int peer, struct peer *p, int s, kt_
 }
 
 static kt_result advance_recvs(kt__exec *ex, int peer, int s, bool *moved) {
-  struct peer *p = &ex->comm->tcp->peers[peer];
+  struct peer *p = &ex->group->tcp->peers[peer];
   struct lane *l = &p->lane[s];
   kt__xfer *x;
   while ((x = l->rcur) != NULL) {
@@ -677,7 +677,7 @@ static kt_result check_status(kt__exec *ex, int peer, const kt__sig *theirs) {
   const kt__op *op = ex->op;
   if (!op || op->seq == 0 || theirs->seq == 0) return KT_SUCCESS; /* setup; point-to-point */
   if (theirs->seq > op->seq || op->seq - theirs->seq >= KT_TCP_HIST) return KT_SUCCESS;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   /* The op in progress and the ones before it, as kt__net_op_begin kept them
    * (not kept over shared memory: nothing to compare there). */
   const kt__sig mine = c->tcp->hist[theirs->seq % KT_TCP_HIST];
@@ -695,13 +695,13 @@ static kt_result check_status(kt__exec *ex, int peer, const kt__sig *theirs) {
                  kt__rank_label(c, c->rank), a);
 }
 
-static kt_result peer_aborted(struct kt_comm_s *c, int peer, kt_result code, const char *why) {
+static kt_result peer_aborted(kt__group *c, int peer, kt_result code, const char *why) {
   return kt__err(code, "rank %d failed and aborted the communicator: %s", kt__rank_label(c, peer), why);
 }
 
 /* Move this rank's sends to peer on every lane, as far as the sockets take. */
 static kt_result advance_peer_sends(kt__exec *ex, int peer, bool *moved) {
-  struct peer *p = &ex->comm->tcp->peers[peer];
+  struct peer *p = &ex->group->tcp->peers[peer];
   for (int l = 0; l < p->nlanes; l++)
     if (p->lane[l].scur) KT_CHECK(advance_sends(ex, peer, l, moved));
   return KT_SUCCESS;
@@ -714,7 +714,7 @@ static kt_result advance_peer_sends(kt__exec *ex, int peer, bool *moved) {
  * order, so neither rank receives before its send is done. */
 static kt_result check_sendwait(kt__exec *ex, int peer, const struct sendwait *w) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   struct peer *p = &c->tcp->peers[peer];
   if (!op || op->coll != KT_COLL_SEND || op->root != peer || p->rx_done > w->msg) return KT_SUCCESS;
   bool moved = false;
@@ -733,7 +733,7 @@ static kt_result check_sendwait(kt__exec *ex, int peer, const struct sendwait *w
  * (the socket buffers are full)? Then *to, *msg and *done describe it. */
 static kt_result stalled_send(kt__exec *ex, bool *stalled, int *to, uint64_t *msg, uint64_t *done) {
   const kt__op *op = ex->op;
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   *stalled = false;
   if (!op || op->coll != KT_COLL_SEND || op->root < 0 || op->root >= c->tcp->nranks || op->root == c->rank)
     return KT_SUCCESS;
@@ -748,7 +748,7 @@ static kt_result stalled_send(kt__exec *ex, bool *stalled, int *to, uint64_t *ms
   return KT_SUCCESS;
 }
 
-static void send_probe(struct kt_comm_s *c, int to, const struct probe *pr) {
+static void send_probe(kt__group *c, int to, const struct probe *pr) {
   struct peer *p = &c->tcp->peers[to];
   if (p->ctrl_fd >= 0 && !ctrl_backlogged(p->ctrl_fd))
     send_ctrl_bytes(p->ctrl_fd, CTRL_PROBE, KT_SUCCESS, pr, PROBE_BYTES(pr->hops));
@@ -758,7 +758,7 @@ static void send_probe(struct kt_comm_s *c, int to, const struct probe *pr) {
  * pass, or, back for the second time, report the cycle. Anything that does
  * not fit (a send moved, a rank not stalled, a malformed probe) drops it. */
 static kt_result handle_probe(kt__exec *ex, int peer, struct probe *pr) {
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   uint32_t n = pr->hops;
   if (n < 1 || n > PROBE_HOPS || (pr->pass != 1 && pr->pass != 2)) return KT_SUCCESS;
   for (uint32_t i = 0; i < n; i++)
@@ -809,7 +809,7 @@ static kt_result handle_probe(kt__exec *ex, int peer, struct probe *pr) {
 
 /* A control frame arrived (or the socket closed): decide what it means. */
 static kt_result handle_ctrl(kt__exec *ex, int peer) {
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   struct peer *p = &c->tcp->peers[peer];
   if (p->abort_msg) /* read before (by a phase watching its parent, say): the cause stays the cause */
     return peer_aborted(c, peer, p->abort_code, p->abort_msg);
@@ -883,7 +883,7 @@ static kt_result handle_ctrl(kt__exec *ex, int peer) {
  * is the one to name (as shm.c names ranks with no activity). */
 static void quiet_ranks(const kt__exec *ex, char *buf, size_t cap) {
   const kt__exec *top = ex->parent ? ex->parent : ex;
-  const struct kt_comm_s *c = top->comm;
+  const kt__group *c = top->group;
   const struct kt__tcp *t = c->tcp;
   buf[0] = '\0';
   int64_t began = top->deadline_ns - c->timeout_ms * 1000000, now = kt__now_ns();
@@ -896,7 +896,7 @@ static void quiet_ranks(const kt__exec *ex, char *buf, size_t cap) {
 }
 
 static kt_result describe_timeout(kt__exec *ex) {
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   char pend[512] = "";
   size_t off = 0;
   int shown = 0;
@@ -925,7 +925,7 @@ static kt_result describe_timeout(kt__exec *ex) {
 }
 
 kt_result kt__net_timeout(kt__exec *ex, const char *what, const char *detail) {
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   char quiet[256] = "";
   if (c->tcp) quiet_ranks(ex, quiet, sizeof quiet);
   return kt__err(KT_ERR_TIMEOUT, "rank %d: op #%llu %s timed out after %lld ms (KAITIAN_TIMEOUT) waiting for %s%s%s%s%s",
@@ -936,7 +936,7 @@ kt_result kt__net_timeout(kt__exec *ex, const char *what, const char *detail) {
 }
 
 kt_result kt__net_progress(kt__exec *ex, bool block) {
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   struct kt__tcp *t = c->tcp;
   if (atomic_load_explicit(&c->aborted, memory_order_relaxed))
     return kt__err(KT_ERR_ABORTED, "rank %d: communicator aborted (kt_comm_abort)", kt__rank_label(c, c->rank));
@@ -1010,7 +1010,7 @@ kt_result kt__net_progress(kt__exec *ex, bool block) {
 }
 
 kt_result kt__net_check_peers(kt__exec *ex) {
-  struct kt_comm_s *c = ex->comm;
+  kt__group *c = ex->group;
   struct kt__tcp *t = c->tcp;
   if (!t || t->nranks == 1) return KT_SUCCESS;
   int n = 0;
@@ -1028,7 +1028,7 @@ kt_result kt__net_check_peers(kt__exec *ex) {
 }
 
 void kt__net_op_begin(kt__exec *ex) {
-  struct kt__tcp *t = ex->comm->tcp;
+  struct kt__tcp *t = ex->group->tcp;
   if (!t) return;
   t->idle_since_ns = 0; /* each op's first wait may spin */
   const kt__op *op = ex->op;
@@ -1036,11 +1036,11 @@ void kt__net_op_begin(kt__exec *ex) {
   t->sendwait_gap_ns = STATUS_FIRST_NS;
   /* Point-to-point ops are not numbered (ranks issue different numbers of
    * them); over shared memory ranks compare signatures in the segment. */
-  if (op->seq == 0 || ex->comm->shm) {
+  if (op->seq == 0 || ex->group->shm) {
     t->next_status_ns = INT64_MAX;
     return;
   }
-  kt__op_sig(op, ex->comm->size, &t->hist[op->seq % KT_TCP_HIST]);
+  kt__op_sig(op, ex->group->size, &t->hist[op->seq % KT_TCP_HIST]);
   t->status_gap_ns = STATUS_FIRST_NS;
   t->next_status_ns = kt__now_ns() + STATUS_FIRST_NS;
 }
@@ -1054,13 +1054,13 @@ static bool ctrl_backlogged(int fd) {
 }
 
 kt_result kt__net_stuck(kt__exec *ex) {
-  struct kt__tcp *t = ex->comm->tcp;
+  struct kt__tcp *t = ex->group->tcp;
   if (!t || t->nranks == 1) return KT_SUCCESS;
   int64_t now = kt__now_ns();
   if (now >= t->next_status_ns) {
     const kt__sig *mine = &t->hist[ex->op->seq % KT_TCP_HIST]; /* kt__net_op_begin's */
     for (int i = 0; i < t->nranks; i++)
-      if (i != ex->comm->rank && t->peers[i].ctrl_fd >= 0 && !ctrl_backlogged(t->peers[i].ctrl_fd))
+      if (i != ex->group->rank && t->peers[i].ctrl_fd >= 0 && !ctrl_backlogged(t->peers[i].ctrl_fd))
         send_ctrl_bytes(t->peers[i].ctrl_fd, CTRL_STATUS, KT_SUCCESS, mine, sizeof *mine);
     t->status_gap_ns = KT_MIN(2 * t->status_gap_ns, STATUS_MAX_NS);
     t->next_status_ns = now + t->status_gap_ns;
@@ -1072,7 +1072,7 @@ kt_result kt__net_stuck(kt__exec *ex) {
     t->sendwait_gap_ns = KT_MIN(2 * t->sendwait_gap_ns, STATUS_MAX_NS);
     t->sendwait_ns = now + t->sendwait_gap_ns;
     int to = ex->op->root;
-    struct peer *p = to >= 0 && to < t->nranks && to != ex->comm->rank ? &t->peers[to] : NULL;
+    struct peer *p = to >= 0 && to < t->nranks && to != ex->group->rank ? &t->peers[to] : NULL;
     if (p && p->sq_head && p->ctrl_fd >= 0 && !ctrl_backlogged(p->ctrl_fd)) {
       struct sendwait w = {p->sq_head->msg, p->sq_head->len};
       send_ctrl_bytes(p->ctrl_fd, CTRL_SENDWAIT, KT_SUCCESS, &w, sizeof w);
@@ -1081,8 +1081,8 @@ kt_result kt__net_stuck(kt__exec *ex) {
       KT_CHECK(stalled_send(ex, &stalled, &to, &msg, &done));
       if (stalled) {
         struct probe pr = {.pass = 1, .hops = 1};
-        pr.hop[0] = (struct probe_hop){.rank = ex->comm->rank, .msg = msg, .done = done};
-        send_probe(ex->comm, to, &pr);
+        pr.hop[0] = (struct probe_hop){.rank = ex->group->rank, .msg = msg, .done = done};
+        send_probe(ex->group, to, &pr);
       }
     }
   }
@@ -1121,7 +1121,7 @@ kt_result kt__net_sendrecv(kt__exec *ex, int dst, const void *sbuf, size_t slen,
   return kt__net_waitall(ex, x, 2);
 }
 
-void kt__tcp_reset_queues(struct kt_comm_s *c) {
+void kt__tcp_reset_queues(kt__group *c) {
   if (!c->tcp) return;
   for (int i = 0; i < c->tcp->nranks; i++) {
     struct peer *p = &c->tcp->peers[i];
@@ -1340,7 +1340,7 @@ kt_result kt__tcp_listen(int rank, int size, int share, kt__tcp_addr *me, int *l
   return KT_SUCCESS;
 }
 
-kt_result kt__tcp_create(struct kt_comm_s *c, int listen_fd) {
+kt_result kt__tcp_create(kt__group *c, int listen_fd) {
   struct kt__tcp *t = kt__calloc(1, sizeof *t);
   if (!t) {
     close(listen_fd);
@@ -1369,7 +1369,7 @@ kt_result kt__tcp_create(struct kt_comm_s *c, int listen_fd) {
   return KT_SUCCESS;
 }
 
-static kt_result connect_one(struct kt_comm_s *c, const kt__tcp_addr *a, int peer, uint32_t kind,
+static kt_result connect_one(kt__group *c, const kt__tcp_addr *a, int peer, uint32_t kind,
                              uint32_t lane, int64_t deadline, int *out) {
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)a->port)};
   if (inet_pton(AF_INET, a->ip, &sa.sin_addr) != 1)
@@ -1401,7 +1401,7 @@ static kt_result connect_one(struct kt_comm_s *c, const kt__tcp_addr *a, int pee
 /* NULL when h is the hello of a higher rank of this communicator for a
  * connection it has yet to make (its control one, or one of the pair's data
  * lanes); else why not. The token is checked before anything it protects. */
-static const char *hello_problem(const struct kt_comm_s *c, const struct hello *h) {
+static const char *hello_problem(const kt__group *c, const struct hello *h) {
   const struct kt__tcp *t = c->tcp;
   if (h->magic != HELLO_MAGIC) return "not a KaiTian hello";
   if (!kt__equal_ct(h->token, t->token, sizeof t->token)) return "wrong token";
@@ -1415,7 +1415,7 @@ static const char *hello_problem(const struct kt_comm_s *c, const struct hello *
 
 /* Accept until every higher rank has connected all its sockets. Anything
  * else that connects is closed with one WARN line naming its address. */
-static kt_result accept_all(struct kt_comm_s *c, int64_t deadline) {
+static kt_result accept_all(kt__group *c, int64_t deadline) {
   struct kt__tcp *t = c->tcp;
   int need = 0;
   for (int j = c->rank + 1; j < c->size; j++) need += t->peers[j].nlanes + 1;
@@ -1472,7 +1472,7 @@ static const char *addr_problem(const kt__tcp_addr *a) {
 }
 
 /* Check every rank's record before anything reads it. */
-static kt_result check_addrs(const struct kt_comm_s *c, const kt__tcp_addr *all) {
+static kt_result check_addrs(const kt__group *c, const kt__tcp_addr *all) {
   for (int j = 0; j < c->size; j++) {
     const char *why = addr_problem(&all[j]);
     if (why)
@@ -1485,7 +1485,7 @@ static kt_result check_addrs(const struct kt_comm_s *c, const kt__tcp_addr *all)
 /* Data connections of each pair: one to a rank on this host (nothing to
  * gain over loopback), else the smaller KAITIAN_NSOCKS of the two ends, so
  * both count the same. */
-static void plan_lanes(struct kt_comm_s *c, const kt__tcp_addr *all) {
+static void plan_lanes(kt__group *c, const kt__tcp_addr *all) {
   struct kt__tcp *t = c->tcp;
   for (int j = 0; j < c->size; j++)
     t->peers[j].nlanes = j == c->rank ? 0
@@ -1494,7 +1494,7 @@ static void plan_lanes(struct kt_comm_s *c, const kt__tcp_addr *all) {
                              : KT_MAX(1, KT_MIN(all[c->rank].lanes, KT_MIN(all[j].lanes, KT_TCP_MAX_LANES)));
 }
 
-kt_result kt__tcp_mesh(struct kt_comm_s *c, const kt__tcp_addr *all) {
+kt_result kt__tcp_mesh(kt__group *c, const kt__tcp_addr *all) {
   struct kt__tcp *t = c->tcp;
   KT_CHECK(check_addrs(c, all));
   int64_t deadline = kt__now_ns() + kt__param_CONNECT_TIMEOUT() * 1000000;
@@ -1542,9 +1542,8 @@ static void send_ctrl(int fd, uint32_t type, kt_result code, const char *text) {
   send_ctrl_bytes(fd, type, code, text, text ? strlen(text) : 0);
 }
 
-void kt__tcp_broadcast_abort(struct kt_comm_s *c, const char *why) {
+void kt__tcp_broadcast_abort(kt__group *c, kt_result code, const char *why) {
   if (!c->tcp) return;
-  kt_result code = (kt_result)atomic_load(&c->broken);
   for (int i = 0; i < c->tcp->nranks; i++)
     if (i != c->rank) send_ctrl(c->tcp->peers[i].ctrl_fd, CTRL_ABORT, code, why);
 }
@@ -1552,7 +1551,7 @@ void kt__tcp_broadcast_abort(struct kt_comm_s *c, const char *why) {
 /* With KAITIAN_DEBUG=INFO: how the striped bytes to and from peer spread over
  * the pair's connections (even on an even link; a connection the link serves
  * worse carries less). */
-static void log_lane_shares(struct kt_comm_s *c, int peer) {
+static void log_lane_shares(kt__group *c, int peer) {
   const struct peer *p = &c->tcp->peers[peer];
   if (kt__log_level < KT_LOG_INFO || p->nlanes < 2) return;
   for (int dir = 0; dir < 2; dir++) {
@@ -1569,7 +1568,7 @@ static void log_lane_shares(struct kt_comm_s *c, int peer) {
   }
 }
 
-void kt__tcp_close(struct kt_comm_s *c, bool graceful) {
+void kt__tcp_close(kt__group *c, bool graceful) {
   struct kt__tcp *t = c->tcp;
   if (!t) return;
   for (int i = 0; i < t->nranks; i++) {

@@ -3,7 +3,7 @@
 #ifndef KT_TCP_H
 #define KT_TCP_H
 
-#include "comm.h"
+#include "group.h"
 
 #define KT_TCP_TOKEN_BYTES 16 /* 128 bits */
 
@@ -30,13 +30,13 @@ typedef struct kt__tcp_addr {
 KT_INTERNAL kt_result kt__tcp_listen(int rank, int size, int share, kt__tcp_addr *me, int *listen_fd);
 /* Allocate c->tcp for c->size ranks (c->prefix set); takes listen_fd. On
  * failure listen_fd is closed. */
-KT_INTERNAL kt_result kt__tcp_create(struct kt_comm_s *c, int listen_fd);
+KT_INTERNAL kt_result kt__tcp_create(kt__group *c, int listen_fd);
 /* KAITIAN_NSOCKS, checked: data connections per pair of ranks on two hosts. */
 KT_INTERNAL int kt__tcp_lanes_param(void);
 /* Connect to every peer given everyone's address (all[0].token is the
  * communicator's hello token); fills c->peer_host/pid. A connection that
  * does not present the token, claims a rank out of place or a lane already
  * connected is closed and logged at WARN with its address; the mesh goes on. */
-KT_INTERNAL kt_result kt__tcp_mesh(struct kt_comm_s *c, const kt__tcp_addr *all);
+KT_INTERNAL kt_result kt__tcp_mesh(kt__group *c, const kt__tcp_addr *all);
 
 #endif /* KT_TCP_H */

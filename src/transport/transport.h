@@ -11,7 +11,7 @@
 #ifndef KT_TRANSPORT_H
 #define KT_TRANSPORT_H
 
-#include "comm.h"
+#include "group.h"
 
 #define KT_NET_HDR_BYTES 32
 
@@ -85,10 +85,10 @@ KT_INTERNAL kt_result kt__net_sendrecv(kt__exec *ex, int dst, const void *sbuf, 
 
 /* TCP transport life cycle (src/transport/tcp.c; setup in tcp.h). */
 /* Drop posted transfers after a failure (the op is over). */
-KT_INTERNAL void kt__tcp_reset_queues(struct kt_comm_s *c);
+KT_INTERNAL void kt__tcp_reset_queues(kt__group *g);
 /* graceful: tell peers goodbye so they do not report us as failed. */
-KT_INTERNAL void kt__tcp_close(struct kt_comm_s *c, bool graceful);
-/* Best effort: tell every peer this communicator failed and why. */
-KT_INTERNAL void kt__tcp_broadcast_abort(struct kt_comm_s *c, const char *why);
+KT_INTERNAL void kt__tcp_close(kt__group *g, bool graceful);
+/* Best effort: tell every peer this communicator failed with code and why. */
+KT_INTERNAL void kt__tcp_broadcast_abort(kt__group *g, kt_result code, const char *why);
 
 #endif /* KT_TRANSPORT_H */

@@ -9,6 +9,7 @@
  * run's KAITIAN_ALGO), that each collective ran the algorithm forced on it
  * and no other. Exit status 0 only when every rank saw every result right. */
 #include "coll/coll.h"   /* kt__algos_run */
+#include "core/comm.h"   /* the communicator's group, for kt__algos_run */
 #include "coll_ref.h"
 #include "core/memreg.h" /* kt__memreg_direct_runs */
 #include "kaitian.h"
@@ -751,7 +752,7 @@ static void run_nb_test(tcase *cs, int k) {
 static void check_algo(int coll, const char *what, bool final) {
   if (!T.algo[coll][0] || T.algo_failed[coll]) return;
   char ran[256];
-  kt__algos_run(T.comm, coll == C_REDUCE_SCATTERV ? "reduce_scatter" : colls[coll].name, ran, sizeof ran);
+  kt__algos_run(&T.comm->g, coll == C_REDUCE_SCATTERV ? "reduce_scatter" : colls[coll].name, ran, sizeof ran);
   if (!strcmp(ran, T.algo[coll]) || (!final && !ran[0])) return;
   fprintf(stderr,
           "FAIL %s: --algo '%s' forces %s=%s, but the %s ops of this communicator ran %s (KAITIAN_DEBUG=INFO "
@@ -1163,7 +1164,7 @@ int main(int argc, char **argv) {
     else run_coll(coll);
     check_algo(coll, colls[coll].name, true);
     char ran[256] = "";
-    if (coll != C_MIXED && coll != C_P2P) kt__algos_run(T.comm, coll == C_REDUCE_SCATTERV ? "reduce_scatter" : colls[coll].name, ran, sizeof ran);
+    if (coll != C_MIXED && coll != C_P2P) kt__algos_run(&T.comm->g, coll == C_REDUCE_SCATTERV ? "reduce_scatter" : colls[coll].name, ran, sizeof ran);
     if (T.rank == 0)
       printf("coll_test: %-14s %5ld cases, %ld failed on rank 0, %.2f s%s%s\n", colls[coll].name,
              T.cases - c0, T.failures - f0, now_s() - t0, ran[0] ? ", ran " : "", ran);

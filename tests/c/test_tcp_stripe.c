@@ -39,7 +39,7 @@ static int failures;
 static unsigned char pattern(size_t msg, size_t i) { return (unsigned char)(i * 131 + msg * 7 + (i >> 16)); }
 
 struct side {
-  struct kt_comm_s c;
+  kt__group c;
   kt__op op;
   kt__exec ex;
 };
@@ -54,7 +54,7 @@ static void side_init(struct side *s, int rank, int lanes) {
   if (kt__tcp_create(&s->c, -1) != KT_SUCCESS) abort();
   s->c.tcp->peers[1 - rank].nlanes = lanes;
   s->op = (kt__op){.coll = KT_COLL_ALLGATHER, .dtype = KT_UINT8, .op = KT_SUM, .seq = 1, .root = -1};
-  s->ex = (kt__exec){.comm = &s->c, .op = &s->op, .deadline_ns = kt__now_ns() + 60000000000LL};
+  s->ex = (kt__exec){.group = &s->c, .op = &s->op, .deadline_ns = kt__now_ns() + 60000000000LL};
   kt__net_op_begin(&s->ex);
 }
 

@@ -41,7 +41,7 @@ static void open_files(void) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   open_files();
   static int32_t pids[2];
-  struct kt_comm_s c;
+  kt__group c;
   kt__shm s;
   memset(&c, 0, sizeof c);
   memset(&s, 0, sizeof s);

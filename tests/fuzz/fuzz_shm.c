@@ -61,7 +61,7 @@ static void layout(const uint8_t *p, size_t n) {
 }
 
 /* The fake communicator: rank 0 of N over a segment in memory. */
-static struct kt_comm_s comm;
+static kt__group comm;
 static kt__shm shm;
 static int32_t pids[N];
 static void *base;
@@ -124,7 +124,7 @@ static void receive(const uint8_t *p, size_t n) {
   atomic_store(&ch->tail, tail);
   char *rbuf = malloc(rlen ? rlen : 1);
   if (!rbuf) abort();
-  kt__exec ex = {.comm = &comm, .op = &op, .deadline_ns = kt__now_ns() - 1};
+  kt__exec ex = {.group = &comm, .op = &op, .deadline_ns = kt__now_ns() - 1};
   kt__clear_error();
   kt_result r = kt__shm_p2p(&ex, -1, NULL, 0, 1, rbuf, rlen, tag);
   if (r != KT_SUCCESS) {
@@ -167,7 +167,7 @@ static void failures(const uint8_t *p, size_t n) {
   memcpy(peer->sigs, rest, k);
   memcpy(shm.hdr->failed_msg, rest + k, KT_MIN(nr - k, sizeof shm.hdr->failed_msg));
   shm.par = b[12] & 1;
-  kt__exec ex = {.comm = &comm, .op = &op, .deadline_ns = kt__now_ns() - 1};
+  kt__exec ex = {.group = &comm, .op = &op, .deadline_ns = kt__now_ns() - 1};
   kt__clear_error();
   kt_result r = kt__shm_wait(&ex, b[13] & 1 ? 1 : -1, get_le(b + 14, 1));
   if (r != KT_SUCCESS) known_error(r);

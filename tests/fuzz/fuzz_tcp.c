@@ -41,7 +41,7 @@
 #define FUZZ_NAME "fuzz_tcp"
 #include "fuzz_common.h"
 
-static void hello_mode(struct kt_comm_s *c, const uint8_t *p, size_t n) {
+static void hello_mode(kt__group *c, const uint8_t *p, size_t n) {
   struct hello h;
   memset(&h, 0, sizeof h);
   memcpy(&h, p, KT_MIN(n, sizeof h));
@@ -82,7 +82,7 @@ static void feed(int fd, int lane, const void *p, size_t n) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < HEAD || size > 8192) return 0;
   const int mode = data[0] & 3, lanes = (data[1] & 3) + 1, nranks = data[1] & 4 ? 3 : 2;
-  struct kt_comm_s c;
+  kt__group c;
   memset(&c, 0, sizeof c);
   c.rank = 0;
   c.size = nranks;
@@ -116,7 +116,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   size_t len = get_le(data + 9, 3) % (MAX_LEN + 1);
   size_t clen = KT_MIN(get_le(data + 12, 2), size - HEAD);
-  kt__exec ex = {.comm = &c, .op = mode == 3 ? NULL : &op, .deadline_ns = kt__now_ns() + 10000000000LL};
+  kt__exec ex = {.group = &c, .op = mode == 3 ? NULL : &op, .deadline_ns = kt__now_ns() + 10000000000LL};
 
   kt__xfer rx, tx;
   char *rbuf = malloc(len ? len : 1), *sbuf = calloc(1, len ? len : 1);

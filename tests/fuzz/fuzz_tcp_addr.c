@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     snprintf(a->host, sizeof a->host, "me");
     snprintf(a->hostid, sizeof a->hostid, "me/boot");
   }
-  struct kt_comm_s c;
+  kt__group c;
   memset(&c, 0, sizeof c);
   c.rank = me;
   c.size = n;

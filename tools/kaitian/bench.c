@@ -4,6 +4,7 @@
 
 #include "bench_data.h"
 #include "coll/coll.h" /* kt__algo_for: --thresholds */
+#include "comm.h"      /* the communicator's group, for kt__algo_for */
 
 #include <errno.h>
 #include <stdbool.h>
@@ -595,7 +596,7 @@ static const kt__coll kcoll[C_NUM] = {
 
 static const char *algo_at(const bench *b, int c, size_t count) {
   layout L = make_layout(b, c, count);
-  return kt__algo_for(b->comm, kcoll[c], L.send, L.recv, count, b->o.dtype, b->o.op, b->o.root);
+  return kt__algo_for(&b->comm->g, kcoll[c], L.send, L.recv, count, b->o.dtype, b->o.op, b->o.root);
 }
 
 /* Each size in [-b, -e] where the algorithm the tuner picks for collective
