@@ -10,6 +10,7 @@
 
 #include "transport/shm.h"
 
+#include <stdint.h>
 #include <string.h>
 
 kt_result kt__alltoallv_shm(kt__exec *ex) {
@@ -36,7 +37,13 @@ kt_result kt__alltoallv_shm(kt__exec *ex) {
     kt__shm_set_aux(ex, par, maxlen);
     uint64_t step = kt__shm_post(ex);
     KT_CHECK(kt__shm_wait(ex, -1, step));
-    for (int r = 0; r < p; r++) maxlen = KT_MAX(maxlen, (size_t)kt__shm_get_aux(ex, r, par));
+    for (int r = 0; r < p; r++) {
+      uint64_t m = kt__shm_get_aux(ex, r, par);
+      if (m > (uint64_t)PTRDIFF_MAX) /* more than any buffer (api.c): a corrupt segment */
+        return kt__err(KT_ERR_INTERNAL, "rank %d: alltoallv: rank %d posted %llu bytes as its largest block, more "
+                       "than any buffer holds", kt__rank_label(c, me), kt__rank_label(c, r), (unsigned long long)m);
+      maxlen = KT_MAX(maxlen, (size_t)m);
+    }
   }
   if (maxlen == 0) return KT_SUCCESS;
   if (!v && sb == rb) { /* in place: send from a copy */

@@ -113,7 +113,12 @@ kt_result kt__broadcast_shm_cma(kt__exec *ex) {
   }
   KT_CHECK(publish_writable(ex, op->recvbuf, &par, &step));
   KT_CHECK(kt__shm_wait(ex, root, step));
-  size_t tail = (size_t)kt__shm_get_aux2(ex, root, par);
+  uint64_t tail = kt__shm_get_aux2(ex, root, par);
+  size_t share = bytes / (size_t)c->size / BCAST_SHARE_ALIGN * BCAST_SHARE_ALIGN; /* the root's, in place */
+  if (tail != 0 && tail != share) /* a corrupt segment */
+    return kt__err(KT_ERR_INTERNAL, "rank %d: broadcast: the root, rank %d, posted %llu of the %zu bytes as its "
+                   "share to write, not 0 or %zu", kt__rank_label(c, me), kt__rank_label(c, root),
+                   (unsigned long long)tail, bytes, share);
   KT_CHECK(kt__shm_cma_read(ex, root, kt__shm_get_aux(ex, root, par), op->recvbuf, bytes - tail));
   uint64_t fin = kt__shm_post(ex);
   return tail ? kt__shm_wait(ex, root, fin) : KT_SUCCESS; /* the root's writes into this buffer done */

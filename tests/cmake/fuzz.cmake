@@ -115,3 +115,4 @@ kt_fuzz_harness(run_node LIB tools/kaitian/run_node.c tools/kaitian/run_live.c t
 kt_fuzz_harness(run_devices LIB tools/kaitian/run_output.c tools/kaitian/run_proc.c tools/kaitian/run_node.c
                 tools/kaitian/run_live.c)
 kt_fuzz_harness(membuf LIB)
+kt_fuzz_harness(aux LIB)
