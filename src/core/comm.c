@@ -557,16 +557,34 @@ exit:
   return r;
 }
 
-/* Record exchanged by kt_comm_split over the parent communicator. */
-typedef struct split_rec {
-  int32_t color, key, rank, pad;
-  kt__tcp_addr addr;
-} split_rec;
-
 static int cmp_split(const void *a, const void *b) {
-  const split_rec *x = a, *y = b;
+  const kt__split_rec *x = a, *y = b;
   if (x->key != y->key) return x->key < y->key ? -1 : 1;
   return x->rank < y->rank ? -1 : (x->rank > y->rank);
+}
+
+kt_result kt__split_members(kt__split_rec *recs, int size, int me, int color, int *n_out, int *newrank_out) {
+  /* Every rank's record sits at its rank (an allgather); one that claims
+   * another rank, or a color no rank can pass, is not a rank's own. */
+  for (int i = 0; i < size; i++) {
+    if (recs[i].rank != i)
+      return kt__err(KT_ERR_MISMATCH, "the split record of rank %d claims rank %d", i, (int)recs[i].rank);
+    if (recs[i].color < 0 && recs[i].color != KT_SPLIT_NOCOLOR)
+      return kt__err(KT_ERR_MISMATCH, "the split record of rank %d has color %d (negative, not KT_SPLIT_NOCOLOR)", i,
+                     (int)recs[i].color);
+  }
+  int n = 0;
+  for (int i = 0; i < size; i++)
+    if (recs[i].color == color) recs[n++] = recs[i];
+  qsort(recs, (size_t)n, sizeof *recs, cmp_split);
+  int newrank = -1;
+  for (int i = 0; i < n; i++)
+    if (recs[i].rank == me) newrank = i;
+  if (newrank < 0) /* not reached: this rank's own record is at `me` */
+    return kt__err(KT_ERR_INTERNAL, "rank %d is not among the split records of its color %d", me, color);
+  *n_out = n;
+  *newrank_out = newrank;
+  return KT_SUCCESS;
 }
 
 kt_result kt_comm_split(kt_comm comm, int color, int key, kt_comm *newcomm) {
@@ -585,9 +603,9 @@ static kt_result comm_split(kt_comm comm, int color, int key, int share, kt_comm
                    comm->g.rank, color);
   *newcomm = NULL;
   kt_result res = KT_SUCCESS;
-  split_rec *recs = kt__calloc((size_t)comm->g.size, sizeof *recs); /* freed at exit */
+  kt__split_rec *recs = kt__calloc((size_t)comm->g.size, sizeof *recs); /* freed at exit */
   if (!recs) return KT_ERR_NO_MEMORY;
-  split_rec mine;
+  kt__split_rec mine;
   memset(&mine, 0, sizeof mine);
   mine.color = color;
   mine.key = key;
@@ -602,13 +620,8 @@ static kt_result comm_split(kt_comm comm, int color, int key, int share, kt_comm
   KT_CHECK_GOTO(kt__run(comm, KT_COLL_ALLGATHER, &mine, recs, sizeof mine, KT_UINT8, 0), res, exit);
   uint64_t seq = ++comm->split_seq;
   if (color == KT_SPLIT_NOCOLOR) goto exit;
-  int n = 0;
-  for (int i = 0; i < comm->g.size; i++)
-    if (recs[i].color == color) recs[n++] = recs[i];
-  qsort(recs, (size_t)n, sizeof *recs, cmp_split);
-  int newrank = 0;
-  for (int i = 0; i < n; i++)
-    if (recs[i].rank == comm->g.rank) newrank = i;
+  int n = 0, newrank = 0;
+  KT_CHECK_GOTO(kt__split_members(recs, comm->g.size, comm->g.rank, color, &n, &newrank), res, exit);
   char prefix[sizeof comm->g.prefix];
   snprintf(prefix, sizeof prefix, "%.200s/s%llu.%d", comm->g.prefix, (unsigned long long)seq, color);
   KT_CHECK_GOTO(comm_alloc(newrank, n, comm->g.timeout_ms, prefix, &c), res, exit);

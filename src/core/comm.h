@@ -6,6 +6,7 @@
 #include "common.h"
 #include "op.h"
 #include "transport/group.h"
+#include "transport/tcp.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -56,6 +57,22 @@ struct kt_comm_s {
 static inline struct kt_comm_s *kt__comm_of(kt__group *g) {
   return (struct kt_comm_s *)(void *)((char *)g - offsetof(struct kt_comm_s, g));
 }
+
+/* What each rank contributes to kt_comm_split's exchange over the parent
+ * (an allgather: rank i's record at i): its color, key and rank, and where
+ * it listens for the new communicator's mesh (unset without a color). */
+typedef struct kt__split_rec {
+  int32_t color, key, rank, pad;
+  kt__tcp_addr addr;
+} kt__split_rec;
+
+/* Of the size records of a split's exchange, those of color, in the new
+ * communicator's order (key, then rank in the parent), moved to the front of
+ * recs: *n_out of them, this rank (me) at *newrank_out. A record not at its
+ * own rank's place or with a color no rank can pass is KT_ERR_MISMATCH
+ * naming the rank whose record it is. */
+KT_INTERNAL kt_result kt__split_members(kt__split_rec *recs, int size, int me, int color, int *n_out,
+                                        int *newrank_out);
 
 /* Mark the communicator broken with r and this thread's error text (first
  * error wins); tells peers (best effort) so they fail fast too. */

@@ -116,3 +116,4 @@ kt_fuzz_harness(run_devices LIB tools/kaitian/run_output.c tools/kaitian/run_pro
                 tools/kaitian/run_live.c)
 kt_fuzz_harness(membuf LIB)
 kt_fuzz_harness(aux LIB)
+kt_fuzz_harness(split LIB)
