@@ -1,10 +1,11 @@
 """test_fuzz_decoders.py - the Python layer's decoders fuzzed in process with
 Python's own tools (random, struct; no extra package), one process, no ranks:
 
-  pipeline  Pipeline._parse, the header a stage receives from its neighbour
-            (parallel/pipeline.py): random int64 words, and headers re-encoded
-            from random valid tensors (Pipeline._header on meta tensors) with
-            one field mutated;
+  pipeline  Pipeline._parse and _parse_error, the header a stage receives from
+            its neighbour (parallel/pipeline.py): random int64 words, headers
+            re-encoded from random valid tensors (Pipeline._header on meta
+            tensors) with one field mutated, and error headers (a failed
+            stage and its text's length: Pipeline._error_header) likewise;
   caps      hetero._parse_caps, KAITIAN_CAPABILITIES: random text, and lists of
             random numbers spelled in random ways;
   device    _device._plan, KAITIAN_DEVICE (the launcher's --devices plan as a
@@ -83,6 +84,7 @@ def expect_value_error(what, inp, kind, res, names):
 # ---- pipeline headers ------------------------------------------------------------
 _ENC = types.SimpleNamespace(_ctl=torch.device("cpu"))
 _HDR_FIELDS = ("count", "dtype", "requires_grad", "dimensions", "size", "padding")
+_ERR_FIELDS = ("kind", "error text length", "failed stage", "padding")
 
 
 def encode(meta):
@@ -121,7 +123,36 @@ def header_words(rng):
     return w
 
 
+_WORDS = [0, 1, -1, 2, 3, 4000, 4001, 2 ** 31 - 1, 2 ** 31, -2 ** 63, 2 ** 63 - 1]
+
+
+def error_header_words(rng):
+    if rng.random() < 0.3:  # anything after the kind
+        w = [rng.choice(_WORDS + [rng.getrandbits(64) - 2 ** 63]) for _ in range(pp._HDR)]
+    else:  # a stage's own, with a word mutated
+        w = pp.Pipeline._error_header(rng.randrange(0, 64), rng.randrange(0, pp._ERR_TEXT + 1)).tolist()
+        for _ in range(rng.randint(0, 2)):
+            w[rng.randrange(1, pp._HDR)] = rng.choice(_WORDS)
+    w[0] = pp._ERROR if rng.random() < 0.9 else rng.choice(_WORDS[2:])
+    return w
+
+
+def fuzz_pipeline_error(rng):
+    w = error_header_words(rng)
+    kind, res = call(pp.Pipeline._parse_error, torch.tensor(w, dtype=torch.int64))
+    if kind != "ok":
+        return expect_value_error("pipeline error header", w, kind, res, _ERR_FIELDS)
+    stage, n = res
+    if not (0 <= n <= pp._ERR_TEXT and stage >= 0):
+        return finding("pipeline error header", w, f"accepted stage {stage}, {n} bytes of text")
+    back = pp.Pipeline._error_header(stage, n).tolist()
+    if back != w:
+        finding("pipeline error header", w, f"decoded to {res}; re-encoded differs: {back}")
+
+
 def fuzz_pipeline(rng):
+    if rng.random() < 0.3:
+        return fuzz_pipeline_error(rng)
     w = header_words(rng)
     h = torch.tensor(w, dtype=torch.int64)
     kind, res = call(pp.Pipeline._parse, h)

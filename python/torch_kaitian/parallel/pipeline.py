@@ -32,7 +32,8 @@ _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.in
            torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128]
 _HDR = 128          # int64 words of a header
 _MAX_TENSORS = 10   # tensors per message
-_OK, _ERROR = 0, 1
+_OK, _ERROR = 0, 1  # header word 0: tensors follow, or an error's text
+_ERR_TEXT = 4000    # bytes of an error's text (UTF-8) a header announces, at most
 
 
 class PipelineError(RuntimeError):
@@ -177,6 +178,29 @@ class Pipeline:
             raise ValueError(f"pipeline header: word {pad[0]} (padding) is {int(h[pad[0]])}, not 0")
         return out
 
+    @staticmethod
+    def _error_header(stage, n):
+        # The header of an error message: stage that failed, n bytes of text.
+        h = torch.zeros(_HDR, dtype=torch.int64)
+        h[0], h[1], h[2] = _ERROR, n, stage
+        return h
+
+    @staticmethod
+    def _parse_error(h):
+        # A neighbour's error header (word 0 not _OK): (stage, text bytes), what
+        # _error_header wrote, or ValueError naming the field.
+        kind, n, stage = int(h[0]), int(h[1]), int(h[2])
+        if kind != _ERROR:
+            raise ValueError(f"pipeline header: kind {kind} is not {_OK} (tensors) or {_ERROR} (an error)")
+        if not 0 <= n <= _ERR_TEXT:
+            raise ValueError(f"pipeline header: error text length {n} is not 0..{_ERR_TEXT}")
+        if not 0 <= stage < 2 ** 31:
+            raise ValueError(f"pipeline header: failed stage {stage} is not a stage")
+        pad = [j for j in range(3, len(h)) if h[j] != 0]
+        if pad:
+            raise ValueError(f"pipeline header: word {pad[0]} (padding) is {int(h[pad[0]])}, not 0")
+        return stage, n
+
     def _exchange(self, send_to, send_tensors, recv_from):
         """Send a message (a tuple of tensors, or None in hollow mode: an error
         header) and/or receive one, concurrently. Returns the received tensors
@@ -187,9 +211,8 @@ class Pipeline:
             if self._error is None:
                 sh = self._header(send_tensors)
             else:
-                msg = torch.tensor(list(self._error[1].encode()[:4000]), dtype=torch.uint8)
-                sh = torch.zeros(_HDR, dtype=torch.int64)
-                sh[0], sh[1], sh[2] = _ERROR, msg.numel(), self._error[0]
+                msg = torch.tensor(list(self._error[1].encode()[:_ERR_TEXT]), dtype=torch.uint8)
+                sh = self._error_header(self._error[0], msg.numel())
                 sh, msg = sh.to(self._ctl), msg.to(self._ctl)
             ops.append(dist.P2POp(dist.isend, sh, send_to, self.group))
         rh = torch.empty(_HDR, dtype=torch.int64, device=self._ctl) if recv_from is not None \
@@ -211,10 +234,11 @@ class Pipeline:
                 ops += [dist.P2POp(dist.irecv, t, recv_from, self.group) for t, _ in got
                         if t.numel()]
             else:
-                text = torch.empty(int(rh[1]), dtype=torch.uint8, device=self._ctl)
+                stage, n = self._parse_error(rh)
+                text = torch.empty(n, dtype=torch.uint8, device=self._ctl)
                 if text.numel():
                     ops.append(dist.P2POp(dist.irecv, text, recv_from, self.group))
-                got = ("error", int(rh[2]), text)
+                got = ("error", stage, text)
         self._run(ops)
         if isinstance(got, tuple):
             if self._error is None:
