@@ -23,7 +23,8 @@ under a 2 s alarm).
 
 Usage: test_fuzz_decoders.py [SECONDS per decoder, default 3] [--seed N]
 Prints the executions per decoder; exits 1 on the first finding, printing
-the input (repr) to make a regression case of it.
+the input (repr) to make a regression case of it (REGRESSIONS: run first,
+every time).
 """
 import argparse
 import ctypes
@@ -283,6 +284,32 @@ def store_calls(rng, bridge):
         finding("store", key, f"add raised {type(rc).__name__}: {rc}")
 
 
+def _hdr(*words):
+    return list(words) + [0] * (pp._HDR - len(words))
+
+
+# Inputs that once decoded wrongly (each fixed), run first every time: each
+# must raise ValueError naming the field.
+REGRESSIONS = [
+    (pp.Pipeline._parse, _hdr(0, 12), "count"),                       # was IndexError
+    (pp.Pipeline._parse, _hdr(0, 1, -1, 0, 1, 4), "dtype"),           # was the last dtype
+    (pp.Pipeline._parse, _hdr(0, 1, 0, 0, 1, -4), "size"),            # went on to torch.empty
+    (pp.Pipeline._parse, _hdr(0, 1, 0, 0, 2, 2 ** 40, 2 ** 40), "size"),  # storage beyond 2^63 bytes
+    (pp.Pipeline._parse, _hdr(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7), "padding"),  # was ignored
+    (pp.Pipeline._parse_error, _hdr(1, -1, 0), "error text length"),  # was RuntimeError
+    (pp.Pipeline._parse_error, _hdr(1, 2 ** 40, 0), "error text length"),  # was allocated
+    (pp.Pipeline._parse_error, _hdr(2, 10, 0), "kind"),               # counted as an error
+]
+
+
+def run_regressions():
+    for fn, words, field in REGRESSIONS:
+        kind, res = call(fn, torch.tensor(words, dtype=torch.int64))
+        if kind != "raise" or not isinstance(res, ValueError) or field not in str(res):
+            finding(f"regression {fn.__name__}", words[:16], f"expected ValueError naming {field!r}, got {kind} {res!r}")
+    print(f"regressions: {len(REGRESSIONS)} inputs, {len(FINDINGS)} findings")
+
+
 DECODERS = [("pipeline", fuzz_pipeline), ("caps", fuzz_caps), ("device", fuzz_device), ("store", fuzz_store)]
 
 
@@ -295,6 +322,7 @@ def main():
     signal.signal(signal.SIGALRM, _alarm)
     os.environ.setdefault("RANK", "0")
     print(f"seed {seed}")
+    run_regressions()
     for name, fn in DECODERS:
         rng = random.Random(f"{seed}-{name}")
         n, t0 = 0, time.monotonic()
