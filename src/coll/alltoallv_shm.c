@@ -58,7 +58,17 @@ kt_result kt__alltoallv_shm(kt__exec *ex) {
   bool stream = kt__stream_output_ex(ex, mine_out * (size_t)p);
   size_t win = kt__shm_region_bytes(c) / (size_t)p / 64 * 64;
   if (win == 0) win = kt__shm_region_bytes(c) / (size_t)p;
+  size_t n_win = 0;
   for (size_t off = 0; off < maxlen; off += win) {
+    /* A wait that finds its peers there does not look at the clock: every
+     * 1024 windows this does, so that the op still ends at its deadline when
+     * no wait ever has to (a largest block posted that no peer's buffers
+     * hold, in a corrupt segment whose steps run ahead). */
+    if (++n_win % 1024 == 0 && kt__now_coarse_ns() > ex->deadline_ns)
+      return kt__err(KT_ERR_TIMEOUT,
+                     "rank %d: op #%llu alltoallv timed out after %lld ms (KAITIAN_TIMEOUT) at byte %zu of the "
+                     "largest block's %zu", kt__rank_label(c, me), (unsigned long long)op->seq,
+                     (long long)c->timeout_ms, off, maxlen);
     KT_CHECK(kt__shm_iter_begin(ex, &par));
     char *mine = kt__shm_region(c, me, 0, par);
     for (int d = 0; d < p; d++)

@@ -23,7 +23,7 @@
  * Input (zeros past its end): byte 0 the collective; 1 flags (single copy:
  * probed, on or off; the root: this rank or a peer; in place; the dtype);
  * 2-3 the count; 4-9 alltoallv's counts to and from each rank; 10-11 the
- * peers' steps; then for each peer, for aux[0], aux[1], aux2[0], aux2[1]: a
+ * peers' steps (255: 2^62, far ahead of any op); then for each peer, for aux[0], aux[1], aux2[0], aux2[1]: a
  * mode byte (a raw word, an offset into the read-only or the writable
  * buffer, a write permit for a step) and 8 bytes.
  * Checks besides crashes and sanitizer reports: every error is a known
@@ -33,7 +33,8 @@
  * that succeeds read exactly the bytes at the addresses posted (or the
  * peers' regions, for alltoallv, in as many windows as the largest block
  * posted needs), wrote its block where the peer offered it, and turned
- * single copy on only where every rank posted that it works. */
+ * single copy on only where every rank posted that it works; and every op
+ * ends (libFuzzer's -timeout), also where no wait ever has to wait. */
 #include "../../src/transport/shm.c"
 
 #include "coll/coll.h"
@@ -466,7 +467,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   in.vc[1][0] = b[4 + N] & 0x80 ? b[4 + N] & 0x7f : in.vc[0][0]; /* mostly a block to itself of one size */
   in.steps[0] = 0;
-  for (int r = 1; r < N; r++) in.steps[r] = b[10 + r - 1];
+  for (int r = 1; r < N; r++) /* 255: a step far ahead (a corrupt slot), so no wait ever has to wait */
+    in.steps[r] = b[10 + r - 1] == 255 ? (uint64_t)1 << 62 : b[10 + r - 1];
   const uint8_t *q = b + 12;
   for (int r = 1; r < N; r++)
     for (int k = 0; k < 4; k++, q += 9) {
