@@ -1150,8 +1150,17 @@ class _Observer:
         if not self.samples:
             return None
         busy = sum(t for t, _ in self.samples) / len(self.samples)
-        ratio = sum(t / curve.time(b) for t, b in self.samples) / len(self.samples)
-        return ratio, busy
+        # A step that held no sample, on a curve without a fixed part, has no
+        # predicted time to compare with (the last batch of an epoch can give
+        # a rank nothing): judged by the others.
+        ratios = []
+        for t, b in self.samples:
+            predicted = curve.time(b)
+            if predicted > 0:
+                ratios.append(t / predicted)
+        if not ratios:
+            return None
+        return sum(ratios) / len(ratios), busy
 
 
 def _observing_hook(state, bucket):

@@ -530,6 +530,18 @@ def test_planner():
     # rescale: a rank observed twice as slow as predicted gets a curve twice as steep.
     r = rescale([a, b], [10, 10], [0.02, None])
     check(r[0] == StepCurve(0.0, 2e-3) and r[1] == b, f"rescale: {r}")
+    # The observer's summary: a step that held no sample on a curve through the
+    # origin (predicted 0 s) is left out of the ratio, not divided by (it was
+    # a ZeroDivisionError when an epoch's last batch gave a rank nothing).
+    from torch_kaitian.hetero import _Observer
+    obs = _Observer(torch.device("cpu"))
+    obs.samples = [(0.02, 10.0), (0.001, 0.0)]
+    got = obs.summary(a)
+    check(got is not None and abs(got[0] - 2.0) < 1e-12 and abs(got[1] - 0.0105) < 1e-12,
+          f"observer summary with an empty step: {got}")
+    obs.samples = [(0.001, 0.0)]
+    check(obs.summary(a) is None, "observer summary of empty steps only: None")
+    check(abs(obs.summary(StepCurve(1e-3, 1e-3))[0] - 1.0) < 1e-12, "an empty step against a fixed part")
     print("PASS planner (300 random splits against brute force)")
 
 
