@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 BROKEN_113 = ("to_map", "'NoneType' object has no attribute 'get'")
 
@@ -57,7 +58,12 @@ def job():
 
 
 def launch(cmd):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+    # torchrun's agent makes a log directory (torchelastic_*) under TMPDIR and
+    # leaves it: give it one of ours, removed after.
+    with tempfile.TemporaryDirectory(prefix="kt-torchrun-") as tmp:
+        env = dict(os.environ, TMPDIR=tmp)
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240,
+                           env=env)
     return p.returncode, p.stdout
 
 
