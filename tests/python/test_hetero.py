@@ -443,7 +443,9 @@ def test_slow():
         for b in busy or []:
             b.kill()
             b.wait()
-    ratio = caps[0] / caps[1]
+    # A rank so slow that its equal-time share is 0 measures 0 samples/s (it
+    # would be left out): slower than any ratio.
+    ratio = caps[0] / caps[1] if caps[1] > 0 else float("inf")
     s = tk.HeteroSampler(list(range(1000)), 64)
     if rank == 0:
         print(f"slow: capabilities {caps[0]:.0f} and {caps[1]:.0f} samples/s (ratio {ratio:.2f}); "
