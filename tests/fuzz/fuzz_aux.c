@@ -54,6 +54,7 @@
 #define FUZZ_NAME "fuzz_aux"
 #define FUZZ_OWN_INIT
 #include "fuzz_common.h"
+#include "fuzz_segment.h"
 
 /* ---- the fake communicator --------------------------------------------- */
 
@@ -154,23 +155,7 @@ static unsigned char region_byte(int r, int par, size_t k) {
 }
 
 static void setup_segment(const kt__op *op, const uint64_t steps[N]) {
-  memset(base, 0, seg_bytes);
-  memset(&shm, 0, sizeof shm);
-  shm.base = base;
-  shm.bytes = seg_bytes;
-  shm.hdr = base;
-  shm.n = N;
-  shm.me = 0;
-  shm.region = REGION;
-  shm.fd = -1;
-  shm.chans = (chan *)((char *)base + chans_offset(N));
-  shm.rings = (char *)base + rings_offset(N, REGION);
-  shm.p2p = P2P;
-  shm.direct_off = true;
-  shm.hdr->nlocal = N;
-  shm.hdr->region = REGION;
-  shm.hdr->p2p = P2P;
-  shm.hdr->bytes = seg_bytes;
+  fuzz_segment(&shm, base, seg_bytes, N, REGION, P2P);
   sig g;
   kt__op_sig(op, N, &g);
   for (int r = 1; r < N; r++) {

@@ -33,6 +33,7 @@
 
 #define FUZZ_NAME "fuzz_shm"
 #include "fuzz_common.h"
+#include "fuzz_segment.h"
 
 static void layout(const uint8_t *p, size_t n) {
   uint8_t b[33] = {0};
@@ -73,32 +74,15 @@ static void setup(const kt__op *op) {
     base = aligned_alloc(4096, seg_bytes);
     if (!base) abort();
   }
-  memset(base, 0, seg_bytes);
+  fuzz_segment(&shm, base, seg_bytes, N, REGION, P2P);
   memset(&comm, 0, sizeof comm);
-  memset(&shm, 0, sizeof shm);
   comm.rank = 0;
   comm.size = N;
   comm.timeout_ms = 1000;
   comm.peer_pid = pids;
   comm.shm = &shm;
   comm.abort_fd = -1;
-  shm.base = base;
-  shm.bytes = seg_bytes;
-  shm.hdr = base;
-  shm.n = N;
-  shm.me = 0;
-  shm.region = REGION;
-  shm.fd = -1;
-  shm.chans = (chan *)((char *)base + chans_offset(N));
-  shm.rings = (char *)base + rings_offset(N, REGION);
-  shm.p2p = P2P;
-  shm.spin_ns = 0;
-  shm.direct_off = true;
   kt__op_sig(op, N, &shm.cur);
-  shm.hdr->nlocal = N;
-  shm.hdr->region = REGION;
-  shm.hdr->p2p = P2P;
-  shm.hdr->bytes = seg_bytes;
 }
 
 static void known_error(kt_result r) {
